@@ -1,0 +1,3 @@
+from zfsobs.cli import main
+
+raise SystemExit(main())

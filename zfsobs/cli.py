@@ -1,0 +1,225 @@
+"""Command line: argument parsing and dispatch. Every user-facing failure is one line, no traceback."""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+
+from zfsobs import __version__
+from zfsobs.errors import ZfsobsError
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
+    return value
+
+
+def _target_args(p: argparse.ArgumentParser) -> None:
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--lab", action="store_true",
+                       help="start the bundled userland ZFS lab (ztest) and trace it")
+    where.add_argument("--target", metavar="T",
+                       help="kernel | libzpool | libzpool:PATH | PATH (default: kernel if loaded)")
+    p.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE",
+                   help="with --lab: a ZFS tunable for the lab's ztest (repeatable)")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="zfsobs", description="Live ZFS internals: txg sync, ZIL, "
+                                 "vdev queue, vdev_cache.")
+    ap.add_argument("--version", action="version", version=f"zfsobs {__version__}")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("top", help="live view (line mode when stdout is not a terminal)")
+    _target_args(p)
+    p.add_argument("--interval", type=_positive, default=0.5, metavar="S", help="refresh every S seconds (default 0.5)")
+    p.add_argument("--record", metavar="FILE", help="also record the stream to FILE")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --record FILE")
+    p.add_argument("--duration", type=_positive, metavar="S", help="stop after S seconds")
+    p.add_argument("-s", "--separator", metavar="SEP", help="line mode: separate columns with SEP")
+
+    p = sub.add_parser("record", help="record the event stream to a capture file")
+    _target_args(p)
+    p.add_argument("-O", "--output", "--out", dest="record", required=True, metavar="FILE")
+    p.add_argument("--force", action="store_true", help="overwrite an existing FILE")
+    p.add_argument("--duration", type=_positive, metavar="S", help="stop after S seconds")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ...: record until CMD exits")
+
+    p = sub.add_parser("replay", help="replay a capture through the live view")
+    p.add_argument("file")
+    p.add_argument("--speed", type=_positive, default=1.0, metavar="X")
+
+    p = sub.add_parser("report", help="summarise a capture")
+    p.add_argument("file")
+    p.add_argument("--format", choices=("text", "json", "csv"), default="text")
+    p.add_argument("--section", default="txgs", help="csv: which table (default txgs)")
+
+    p = sub.add_parser("lab", help="run the userland ZFS lab (ztest) in the foreground")
+    p.add_argument("--duration", type=_positive, metavar="S", help="stop after S seconds")
+    p.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE")
+
+    p = sub.add_parser("probes", help="list probe scripts, or show one rendered for a target")
+    p.add_argument("action", choices=("list", "show"))
+    p.add_argument("name", nargs="?")
+    p.add_argument("--target", metavar="T", default="libzpool")
+
+    sub.add_parser("doctor", help="check what can be traced here")
+    return ap
+
+
+def _fix_record_args(ap, argv: list[str]) -> list[str]:
+    # `record -o FILE` is the documented spelling; -o is the lab's tunable flag elsewhere.
+    if argv and argv[0] == "record":
+        head, sep, tail = _split_command(argv)
+        head = ["--output" if a == "-o" else a for a in head]
+        return head + sep + tail
+    return argv
+
+
+def _split_command(argv):
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], ["--"], argv[i + 1:]
+    return argv, [], []
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = parser()
+    args = ap.parse_args(_fix_record_args(ap, argv))
+    try:
+        return _dispatch(args)
+    except ZfsobsError as exc:
+        print(f"zfsobs: {exc}", file=sys.stderr)
+        return exc.status
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # stdout closed (e.g. piped into head): not an error of ours.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _dispatch(args) -> int:
+    cmd = args.cmd
+    if cmd == "record":
+        args.command = [a for a in args.command if a != "--"] if args.command else []
+        if args.command and args.duration:
+            pass   # whichever ends first
+        return _record(args)
+    if cmd == "top":
+        return _top(args)
+    if cmd in ("replay", "report"):
+        from zfsobs.capture import read_capture
+        capture = read_capture(args.file)
+        for warning in capture.warnings:
+            print(f"zfsobs: warning: {args.file}: {warning}", file=sys.stderr)
+        if cmd == "report":
+            from zfsobs.views import report
+            if args.format == "csv" and args.section not in report.SECTIONS:
+                raise ZfsobsError(f"no section {args.section!r} (have: {', '.join(report.SECTIONS)})")
+            sys.stdout.write(report.render(capture, args.format, args.section))
+            return 0
+        return _replay(capture, args)
+    if cmd == "lab":
+        return _lab(args)
+    if cmd == "probes":
+        return _probes(args)
+    if cmd == "doctor":
+        from zfsobs import doctor
+        return doctor.run(sys.stdout)
+    raise ZfsobsError(f"unknown command {cmd}")
+
+
+def _top(args) -> int:
+    from rich.console import Console
+    from zfsobs.session import Session
+    from zfsobs.views.lines import TxgLines
+    tty = sys.stdout.isatty()
+    with Session(args) as session:
+        if tty:
+            from zfsobs.views.live import run_live
+            run_live(session, Console())
+        else:
+            session.pipeline.listeners.append(TxgLines(session.source.meta, sep=args.separator))
+            session.run(tick=args.interval)
+    if session.reason and session.reason not in ("quit", "duration reached") and not session.reason.startswith("interrupted"):
+        print(f"zfsobs: stopped: {session.reason}", file=sys.stderr)
+    return 0
+
+
+def _record(args) -> int:
+    from zfsobs.session import Session
+    started = time.monotonic()
+    with Session(args) as session:
+        print(f"zfsobs: recording {session.source.target.name} to {args.record}"
+              + (f" for {args.duration:g} s" if args.duration else "")
+              + (" (Ctrl-C stops)" if sys.stdin.isatty() else ""), file=sys.stderr)
+        session.run(tick=0.5)
+    parser = session.pipeline.parser
+    txgs = sum(p.total for p in session.model.txg.pools.values())
+    print(f"zfsobs: recorded {parser.events} events ({txgs} txgs, {parser.malformed} malformed, "
+          f"{session.model.lost} lost) in {time.monotonic() - started:.1f} s to {args.record} "
+          f"({session.capture.bytes} bytes); stopped: {session.reason}", file=sys.stderr)
+    return 0
+
+
+def _replay(capture, args) -> int:
+    if sys.stdout.isatty():
+        from rich.console import Console
+        from zfsobs.views.replay import run_replay
+        run_replay(capture, Console(), args.speed)
+        return 0
+    from zfsobs.events import Parser
+    from zfsobs.views.lines import TxgLines
+    lines = TxgLines(capture.meta)
+    parser = Parser()
+    for ev in sorted(filter(None, map(parser.parse, capture.lines)), key=lambda e: e.ts):
+        lines(ev)
+    return 0
+
+
+def _lab(args) -> int:
+    from zfsobs.lab import Lab
+    from zfsobs.session import Terminated, _raise_terminated
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    lab = Lab(duration=args.duration, options=args.option)
+    try:
+        lab.start()
+        print(f"zfsobs: lab running: ztest pid {lab.proc.pid} on {lab.target.name}, files in {lab.dir}"
+              f"; trace it with: zfsobs top --target {lab.target.path}", file=sys.stderr)
+        deadline = time.monotonic() + args.duration if args.duration else None
+        while lab.alive() and (deadline is None or time.monotonic() < deadline):
+            time.sleep(0.5)
+        failure = lab.failure()
+        if failure:
+            raise ZfsobsError(failure)
+    except (KeyboardInterrupt, Terminated):
+        pass
+    finally:
+        lab.stop()
+    print("zfsobs: lab stopped, files removed", file=sys.stderr)
+    return 0
+
+
+def _probes(args) -> int:
+    from zfsobs import probes
+    if args.action == "list":
+        for name in probes.available():
+            print(name)
+        return 0
+    if not args.name:
+        raise ZfsobsError("probes show NAME: which probe? (" + ", ".join(probes.available()) + ")")
+    from zfsobs.targets import resolve
+    rendered = probes.render(args.name, resolve(args.target))
+    sys.stdout.write(rendered.text)
+    for note in sorted(set(rendered.dropped)):
+        print(f"zfsobs: note: {note}", file=sys.stderr)
+    return 0

@@ -1,0 +1,77 @@
+"""`zfsobs doctor`: can this machine trace ZFS, and which metrics? One verdict line per metric."""
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+
+from zfsobs.errors import ZfsobsError
+from zfsobs.probes import available, render
+from zfsobs.source import bpftrace_version
+from zfsobs.targets import Target, find_libraries, kernel, libzpool
+
+OK, WARN, BAD = "ok", "warn", "FAIL"
+
+
+def checks() -> tuple[list[tuple[str, str, str]], bool]:
+    """(status, what, detail) rows, and whether anything can be traced."""
+    rows = []
+    root = os.geteuid() == 0
+    rows.append((OK if root else BAD, "root / BPF", "running as root" if root else
+                 "not root: BPF tracing needs root (run with sudo); see docs for the kstat mode"))
+    bpftrace = shutil.which("bpftrace")
+    rows.append((OK if bpftrace else BAD, "bpftrace",
+                 bpftrace_version(bpftrace) if bpftrace else "not installed: ./scripts/setup or apt-get install bpftrace"))
+    rows.append((OK if os.path.exists("/sys/kernel/btf/vmlinux") else WARN, "kernel BTF",
+                 "/sys/kernel/btf/vmlinux" if os.path.exists("/sys/kernel/btf/vmlinux") else "absent"))
+    uprobes = os.path.exists("/sys/bus/event_source/devices/uprobe")
+    rows.append((OK if uprobes else BAD, "uprobes", f"kernel {platform.release()}" if uprobes else "not supported by this kernel"))
+    kprobes = os.path.exists("/sys/bus/event_source/devices/kprobe")
+    rows.append((OK if kprobes else WARN, "kprobes", "supported" if kprobes else "not supported (kernel targets cannot be traced)"))
+    targets: list[Target] = []
+    try:
+        targets.append(kernel())
+        t = targets[-1]
+        rows.append((OK, "zfs module", f"OpenZFS {t.version}, module BTF {'yes' if t.btf else 'no'}"))
+    except ZfsobsError as exc:
+        rows.append((WARN, "zfs module", str(exc)))
+    for path in find_libraries():
+        try:
+            t = libzpool(path)
+            targets.append(t)
+            rows.append((OK, "libzpool", f"{path} OpenZFS {t.version} build-id {t.build_id[:12] or '?'}"))
+        except ZfsobsError as exc:
+            rows.append((WARN, "libzpool", str(exc)))
+    if not any(t.kind == "libzpool" for t in targets):
+        rows.append((WARN, "libzpool", "none installed (userland lab unavailable): ./scripts/setup"))
+    rows.append((OK if os.path.exists("/usr/sbin/ztest") else WARN, "ztest (lab)",
+                 "/usr/sbin/ztest" if os.path.exists("/usr/sbin/ztest") else "not installed (package zfs-test)"))
+    kstat = os.path.isdir("/proc/spl/kstat/zfs")
+    rows.append((OK if kstat else WARN, "kstats", "/proc/spl/kstat/zfs readable" if kstat else "absent (no kernel ZFS)"))
+    traceable = False
+    for t in targets:
+        usable = (t.kind == "libzpool" and uprobes) or (t.kind == "kernel" and kprobes)
+        for name in available():
+            try:
+                r = render(name, t)
+            except ZfsobsError as exc:
+                rows.append((BAD, f"metric {name} on {t.kind} {t.version}", str(exc)))
+                continue
+            state = OK if usable and root and bpftrace else WARN
+            detail = f"probes {', '.join(r.functions)}"
+            if r.dropped:
+                detail += f"; partial: {'; '.join(sorted(set(r.dropped)))}"
+                state = WARN if state == OK else state
+            if not (usable and root and bpftrace):
+                detail = "traceable once the failures above are fixed; " + detail
+            rows.append((state, f"metric {name} on {t.kind} {t.version}", detail))
+            traceable |= bool(usable and root and bpftrace)
+    return rows, traceable
+
+
+def run(out) -> int:
+    rows, traceable = checks()
+    for status, what, detail in rows:
+        out.write(f"{status:<5} {what:<32} {detail}\n")
+    out.write("verdict: " + ("tracing works here\n" if traceable else "nothing can be traced here\n"))
+    return 0 if traceable else 1

@@ -1,0 +1,9 @@
+"""The one exception type users see: its message is printed as a single line, no traceback."""
+
+
+class ZfsobsError(Exception):
+    """A problem the user can act on (bad input, missing tool, no target). Exit status 2 unless set."""
+
+    def __init__(self, message: str, status: int = 2):
+        super().__init__(message)
+        self.status = status

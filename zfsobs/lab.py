@@ -1,0 +1,131 @@
+"""The userland ZFS lab: OpenZFS's own ztest, from the OS package, on file vdevs in a private
+temp directory, as a traced target. Removes its files on every exit it can see."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+from zfsobs.errors import ZfsobsError
+from zfsobs.targets import Target, libzpool
+
+ZTEST = "/usr/sbin/ztest"
+PREFIX = "zfsobs-lab-"
+# Sizes for a 2-core, 24 GiB machine: 5 vdevs of 64 MiB grow to ~1 GiB of files in a 30 s run.
+VDEV_SIZE = "64M"
+PASS_SECONDS = 60
+
+
+def _workroot() -> str:
+    """tmpfs when it has room (file vdevs on a disk make ztest I/O-bound), else /var/tmp."""
+    for root in ("/dev/shm", "/var/tmp", tempfile.gettempdir()):
+        try:
+            st = os.statvfs(root)
+        except OSError:
+            continue
+        if os.access(root, os.W_OK) and st.f_bavail * st.f_frsize >= 3 << 30:
+            return root
+    raise ZfsobsError("the lab needs 3 GiB free in /dev/shm or /var/tmp for its file vdevs")
+
+
+def _remove_stale(root: str) -> None:
+    """Lab directories whose zfsobs died by SIGKILL are removed by the next lab."""
+    for name in os.listdir(root):
+        if not name.startswith(PREFIX):
+            continue
+        try:
+            owner = int(name[len(PREFIX):].split("-")[0])
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        except (ValueError, PermissionError):
+            continue
+
+
+class Lab:
+    def __init__(self, duration: float | None = None, options: list[str] | None = None,
+                 library: str | None = None):
+        if not os.path.exists(ZTEST):
+            raise ZfsobsError(f"{ZTEST} not found: the lab needs ztest (package zfs-test); run ./scripts/setup")
+        self.target: Target = libzpool(library)
+        self.duration = duration
+        self.options = list(options or [])
+        for opt in self.options:
+            name, sep, value = opt.partition("=")
+            if not sep or not name or not value.lstrip("-").isdigit():
+                raise ZfsobsError(f"lab option {opt!r}: expected NAME=INTEGER (a ZFS tunable)")
+        self.dir = ""
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def tunables(self) -> dict[str, int]:
+        return {name: int(value) for name, _, value in (o.partition("=") for o in self.options)}
+
+    def start(self) -> "Lab":
+        root = _workroot()
+        _remove_stale(root)
+        self.dir = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=root)
+        libdir = os.path.join(self.dir, "lib")
+        vdevs = os.path.join(self.dir, "vdevs")
+        os.mkdir(libdir)
+        os.mkdir(vdevs)
+        # ztest -o dlopen()s "libzpool.so", which Debian ships only as libzpool.so.N: give it one.
+        os.symlink(self.target.path, os.path.join(libdir, "libzpool.so"))
+        env = dict(os.environ, LD_LIBRARY_PATH=libdir)
+        run_time = int(self.duration) + 1 if self.duration else 10 * 365 * 86400
+        cmd = [ZTEST, "-T", str(run_time), "-P", str(PASS_SECONDS), "-k", "0",
+               "-s", VDEV_SIZE, "-f", vdevs]
+        for opt in self.options:
+            cmd += ["-o", opt]
+        self.log = open(os.path.join(self.dir, "ztest.log"), "wb")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        self.started = time.monotonic()
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def failure(self) -> str:
+        """Why ztest ended badly (its last log line), or '' if it is running or ended well."""
+        if self.proc is None or self.proc.poll() in (None, 0):
+            return ""
+        try:
+            with open(os.path.join(self.dir, "ztest.log"), "rb") as f:
+                tail = f.read()[-2000:].decode(errors="replace").strip().splitlines()
+        except OSError:
+            tail = []
+        last = tail[-1] if tail else ""
+        return f"ztest exited with status {self.proc.returncode}" + (f": {last[:200]}" if last else "")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+                try:
+                    os.killpg(self.proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    self.proc.wait(wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        if self.proc is not None:
+            try:   # ztest's own children share its process group
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if getattr(self, "log", None):
+            self.log.close()
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = ""
+
+    def __enter__(self) -> "Lab":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

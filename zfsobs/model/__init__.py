@@ -1,0 +1,48 @@
+"""The model: per-metric state fed by events; knows nothing of screens or files.
+
+Every view (live, replay, report) reads one of these; only how events arrive differs.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from zfsobs.events import Event
+from zfsobs.model.txg import KEEP, TxgModel
+
+RATE_WINDOW_NS = 5 * 10**9
+
+
+class Model:
+    def __init__(self, keep: int | None = KEEP):
+        self.txg = TxgModel(keep)
+        self._routes = {kind: part for part in (self.txg,) for kind in part.kinds}
+        self.probes: dict[str, str] = {}      # probe name -> target kind, from hello events
+        self.lost = 0
+        self.events = 0
+        self.first_ts: int | None = None
+        self.last_ts: int | None = None
+        self._recent: deque[int] = deque()
+
+    def feed(self, ev: Event) -> None:
+        self.events += 1
+        if self.first_ts is None:
+            self.first_ts = ev.ts
+        self.last_ts = ev.ts if self.last_ts is None else max(self.last_ts, ev.ts)
+        self._recent.append(ev.ts)
+        while self._recent and self.last_ts - self._recent[0] > RATE_WINDOW_NS:
+            self._recent.popleft()
+        if ev.kind == "hello":
+            self.probes[str(ev.get("probe"))] = str(ev.get("target", ""))
+        elif ev.kind == "lost":
+            self.lost += int(ev.get("count", 0))
+        part = self._routes.get(ev.kind)
+        if part is not None:
+            part.feed(ev)
+
+    def events_per_second(self, now_ns: int | None = None) -> float:
+        """Event rate over the last few seconds before `now_ns` (default: the last event)."""
+        now = self.last_ts if now_ns is None else now_ns
+        if now is None:
+            return 0.0
+        recent = sum(1 for ts in self._recent if now - ts <= RATE_WINDOW_NS)
+        return recent / (RATE_WINDOW_NS / 1e9)

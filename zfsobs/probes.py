@@ -1,0 +1,115 @@
+"""Probe scripts: find them, and render one for a target.
+
+A script in probes/linux/ is written once with placeholders:
+  ENTRY(fn) / RETURN(fn)   the probe on function entry / return (uprobe on a libzpool path, or kprobe)
+  PROC                     the process key (pid for userland, 0 for the kernel)
+  TARGET                   the target kind, for the hello line
+  OFF(struct.field)        a struct offset for this build (probes/offsets.json)
+A statement line whose OFF() this build lacks is left out, so its value reads as unavailable (-1).
+A probe block on a function the target lacks is left out, unless the header lists it under
+"Requires:", which makes the whole script unavailable on that target.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from zfsobs.errors import ZfsobsError
+from zfsobs.targets import Target
+
+_PROBE_RE = re.compile(r"\b(ENTRY|RETURN)\((\w+)\)")
+_OFF_RE = re.compile(r"\bOFF\(([\w.]+)\)")
+
+
+def probes_dir() -> Path:
+    """probes/ of a source checkout, else the copy installed with the package."""
+    checkout = Path(__file__).resolve().parent.parent / "probes"
+    if (checkout / "linux").is_dir():
+        return checkout
+    return Path(str(resources.files("zfsobs") / "_probes"))
+
+
+def available(platform: str = "linux") -> list[str]:
+    suffix = ".bt" if platform == "linux" else ".d"
+    return sorted(p.stem for p in (probes_dir() / platform).glob("*" + suffix))
+
+
+def source(name: str, platform: str = "linux") -> str:
+    suffix = ".bt" if platform == "linux" else ".d"
+    path = probes_dir() / platform / (name + suffix)
+    if not path.is_file():
+        raise ZfsobsError(f"no probe script {name!r} (have: {', '.join(available(platform))})")
+    return path.read_text()
+
+
+def offsets_for(target: Target) -> dict[str, int]:
+    table = json.loads((probes_dir() / "offsets.json").read_text())
+    build = table.get(target.kind, {}).get(target.version, {})
+    return dict(build.get("fields", {}))
+
+
+def required_functions(text: str) -> list[str]:
+    match = re.search(r"^\s*\*\s*Requires:\s*(.+)$", text, re.M)
+    return match.group(1).replace(",", " ").split() if match else []
+
+
+@dataclass
+class Rendered:
+    name: str
+    target: Target
+    text: str
+    sha256: str                                     # of the source script, for capture headers
+    functions: list[str] = field(default_factory=list)   # attached
+    dropped: list[str] = field(default_factory=list)     # what this target cannot give
+
+
+def render(name: str, target: Target) -> Rendered:
+    text = source(name)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    have = target.functions
+    missing_required = [fn for fn in required_functions(text) if fn not in have]
+    if missing_required:
+        raise ZfsobsError(f"probe {name}: function {', '.join(missing_required)} not in this ZFS build "
+                          f"({target.name}); the metric cannot be traced here")
+    offsets = offsets_for(target)
+    out, dropped, attached = [], [], []
+    for block in _blocks(text):
+        probe = _PROBE_RE.search(block[0]) if block else None
+        if probe and probe.group(2) not in have:
+            dropped.append(f"function {probe.group(2)} absent")
+            continue
+        if probe:
+            attached.append(probe.group(2))
+        for line in block:
+            if line.lstrip().startswith(("/*", "*", "//")):
+                out.append(line)      # comments keep their placeholder names
+                continue
+            fields = _OFF_RE.findall(line)
+            unknown = [f for f in fields if f not in offsets]
+            if unknown:
+                dropped.append(f"offset {', '.join(unknown)} unknown for {target.name}")
+                continue
+            line = _OFF_RE.sub(lambda m: str(offsets[m.group(1)]), line)
+            line = _PROBE_RE.sub(lambda m: (target.entry if m.group(1) == "ENTRY" else target.ret)(m.group(2)), line)
+            line = re.sub(r"\bPROC\b", target.proc, line)
+            line = re.sub(r"\bTARGET\b", target.kind, line)
+            out.append(line)
+    return Rendered(name, target, "\n".join(out) + "\n", digest, sorted(set(attached)), dropped)
+
+
+def _blocks(text: str) -> list[list[str]]:
+    """Split a script into top-level pieces: a probe is its header lines through its closing '}'."""
+    blocks, current, depth = [], [], 0
+    for line in text.splitlines():
+        current.append(line)
+        depth += line.count("{") - line.count("}")
+        if depth == 0 and (line.strip() == "}" or not line.strip() or line.lstrip().startswith(("/*", "*", "//"))):
+            blocks.append(current)
+            current = []
+    if current:
+        blocks.append(current)
+    return blocks

@@ -1,0 +1,148 @@
+"""A tracing session: the lab (optional), the bpftrace source, the capture tee, and the loop that
+drives them until a duration, a command, the lab, a key or a signal ends it. Cleans up always."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from contextlib import ExitStack
+from typing import Callable
+
+from zfsobs.capture import CaptureWriter
+from zfsobs.errors import ZfsobsError
+from zfsobs.lab import Lab
+from zfsobs.model import Model
+from zfsobs.pipeline import Pipeline
+from zfsobs.source import DEFAULT_PROBES, BpftraceSource
+from zfsobs.targets import resolve
+from zfsobs.views.status import Status
+
+
+class Terminated(Exception):
+    """SIGTERM / SIGHUP: leave the loop like Ctrl-C so every cleanup runs."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated(signal.Signals(signum).name)
+
+
+class Session:
+    def __init__(self, args, probes=DEFAULT_PROBES):
+        self.args = args
+        self.probes = probes
+        self.stack = ExitStack()
+        self.lab: Lab | None = None
+        self.capture: CaptureWriter | None = None
+        self.command: subprocess.Popen | None = None
+        self.reason = ""
+
+    def __enter__(self) -> "Session":
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, _raise_terminated)
+        try:
+            self._open()
+        except BaseException:
+            self.stack.close()
+            raise
+        return self
+
+    def _open(self) -> None:
+        args = self.args
+        tunables = {}
+        if getattr(args, "record", None) and os.path.exists(args.record) and not args.force:
+            raise ZfsobsError(f"{args.record}: exists; choose another name or pass --force")
+        if getattr(args, "lab", False):
+            self.lab = Lab(duration=None, options=args.option)
+            target = self.lab.target
+            tunables = self.lab.tunables
+        else:
+            if getattr(args, "option", None):
+                raise ZfsobsError("-o NAME=VALUE sets tunables of the lab only (use --lab); "
+                                  "zfsobs never writes tunables of a real system")
+            target = resolve(args.target)
+        self.source = BpftraceSource(target, self.probes, tunables)
+        self.status = Status(self.source.meta)
+        self.model = Model()
+        # Probes first, then the workload, so the lab's first txgs are seen.
+        self.stack.callback(self.source.close)
+        self.source.start()
+        self._wait_attached()
+        if self.lab is not None:
+            self.stack.callback(self.lab.stop)
+            self.lab.start()
+            self.source.meta["lab"] = {"dir": self.lab.dir, "pid": self.lab.proc.pid}
+        if getattr(args, "record", None):
+            self.capture = CaptureWriter(args.record, self.source.meta, force=args.force)
+            self.stack.callback(self._close_capture)
+            self.status.recording = args.record
+        if getattr(args, "command", None):
+            try:
+                self.command = subprocess.Popen(args.command)
+            except OSError as exc:
+                raise ZfsobsError(f"cannot run {args.command[0]}: {exc.strerror}") from None
+            self.stack.callback(self._stop_command)
+        self.pipeline = Pipeline(self.source, self.model, self.status, self.capture)
+
+    def _wait_attached(self) -> None:
+        self.pending = []
+        while not self.source.attached:
+            self.pending.extend(self.source.poll(0.2))
+
+    def run(self, on_tick: Callable[[], bool] | None = None, tick: float = 0.5) -> None:
+        """Drive the pipeline; `on_tick` (the view) returns False to stop."""
+        for line in self.pending:
+            self.pipeline.feed_line(line)
+        deadline = time.monotonic() + self.args.duration if getattr(self.args, "duration", None) else None
+        try:
+            while True:
+                self.pipeline.step(tick)
+                if self.source.ended:
+                    self.reason = self.source.ended
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    self.reason = "duration reached"
+                    break
+                if self.lab is not None and not self.lab.alive():
+                    self.reason = self.lab.failure() or "the lab's ztest run ended"
+                    break
+                if self.command is not None and self.command.poll() is not None:
+                    self.reason = f"command exited with status {self.command.returncode}"
+                    break
+                if on_tick is not None and on_tick() is False:
+                    self.reason = "quit"
+                    break
+        except KeyboardInterrupt:
+            self.reason = "interrupted (SIGINT)"
+        except Terminated as exc:
+            self.reason = f"terminated ({exc})"
+        self.status.message = self.reason
+
+    def _close_capture(self) -> None:
+        trailer = {"end_wall_ns": time.time_ns(), "end_mono_ns": time.monotonic_ns(),
+                   "reason": self.reason or "error", "events": self.pipeline.parser.events,
+                   "malformed": self.pipeline.parser.malformed, "lost": self.model.lost}
+        try:
+            self.capture.close(trailer)
+        except ZfsobsError:
+            self.capture.abandon()
+            raise
+
+    def _stop_command(self) -> None:
+        if self.command.poll() is None:
+            self.command.terminate()
+            try:
+                self.command.wait(10)
+            except subprocess.TimeoutExpired:
+                self.command.kill()
+
+    def __exit__(self, *exc) -> None:
+        try:
+            # Ignore further SIGINT/SIGTERM while cleaning up: cleanup must finish.
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_IGN)
+            self.stack.close()
+        finally:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_DFL)

@@ -1,0 +1,175 @@
+"""Sources of event lines. The live source runs one bpftrace per probe script and merges their
+stdout; a capture is the other source (capture.read_capture). Children die with us, always."""
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import queue
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+from zfsobs import __version__
+from zfsobs.errors import ZfsobsError
+from zfsobs.events import format_line
+from zfsobs.probes import Rendered, render
+from zfsobs.targets import Target
+
+_LOST_RE = re.compile(r"^Lost (\d+) events")
+# bpftrace chatter on stderr that is not an error on these machines.
+_NOISE = ("couldn't set RLIMIT_MEMLOCK", "Error while reading traceable functions",
+          "WARNING: ", "Attaching ")
+DEFAULT_PROBES = ("txg",)
+START_TIMEOUT = 60.0
+
+
+def _child_setup() -> None:
+    """In the bpftrace child: die with zfsobs (even on SIGKILL), and allow BPF map memory."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+    try:
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    except (ValueError, OSError):
+        pass
+
+
+def check_tracing() -> str:
+    """The bpftrace binary, or a one-line reason why tracing cannot run here."""
+    if os.geteuid() != 0:
+        raise ZfsobsError("tracing needs root (BPF uprobes/kprobes): run as root or with sudo")
+    path = shutil.which("bpftrace")
+    if not path:
+        raise ZfsobsError("bpftrace not found: install it (./scripts/setup, or apt-get install bpftrace)")
+    if not os.path.exists("/sys/kernel/tracing/uprobe_events") and os.path.isdir("/sys/kernel/tracing"):
+        # Without tracefs bpftrace cannot detach cleanly; mounting it is harmless.
+        subprocess.run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"],
+                       capture_output=True, check=False)
+    return path
+
+
+def bpftrace_version(path: str) -> str:
+    try:
+        return subprocess.run([path, "--version"], capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
+class BpftraceSource:
+    def __init__(self, target: Target, probes=DEFAULT_PROBES, tunables: dict | None = None):
+        self.target = target
+        self.bpftrace = check_tracing()
+        self.rendered: list[Rendered] = [render(name, target) for name in probes]
+        self.meta = {
+            "zfsobs": __version__, "host": platform.node(), "kernel": platform.release(),
+            "source": "bpftrace", "bpftrace": bpftrace_version(self.bpftrace),
+            "target": target.describe(),
+            "probes": {r.name: {"sha256": r.sha256, "functions": r.functions, "dropped": r.dropped}
+                       for r in self.rendered},
+            "tunables": dict(tunables or {}),
+            "start_wall_ns": time.time_ns(), "start_mono_ns": time.monotonic_ns(),
+        }
+        self._queue: queue.Queue = queue.Queue()
+        self._procs: list[tuple[str, subprocess.Popen]] = []
+        self._stderr: dict[str, list[str]] = {}
+        self._attached: set[str] = set()
+        self._dir = ""
+        self.ended = ""           # why the source stopped, once it has
+
+    def start(self) -> "BpftraceSource":
+        self._dir = tempfile.mkdtemp(prefix="zfsobs-probes-")
+        for r in self.rendered:
+            path = os.path.join(self._dir, r.name + ".bt")
+            with open(path, "w") as f:
+                f.write(r.text)
+            proc = subprocess.Popen([self.bpftrace, path], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                                    bufsize=1, preexec_fn=_child_setup, start_new_session=True)
+            self._procs.append((r.name, proc))
+            self._stderr[r.name] = []
+            threading.Thread(target=self._pump, args=(r.name, proc.stdout, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(r.name, proc.stderr, True), daemon=True).start()
+        self._started = time.monotonic()
+        return self
+
+    def _pump(self, name: str, stream, is_err: bool) -> None:
+        for line in stream:
+            line = line.rstrip("\n")
+            if is_err:
+                if line.strip() and not line.startswith(_NOISE):
+                    self._stderr[name].append(line)
+                continue
+            lost = _LOST_RE.match(line)
+            if lost:
+                line = format_line("lost", time.monotonic_ns(), {"count": lost.group(1), "probe": name})
+            self._queue.put(line)
+
+    def poll(self, timeout: float) -> list[str]:
+        """Lines that arrived within `timeout` seconds; raises if a probe failed to start."""
+        lines = []
+        try:
+            lines.append(self._queue.get(timeout=timeout))
+            while True:
+                lines.append(self._queue.get_nowait())
+        except queue.Empty:
+            pass
+        for line in lines:
+            if " hello " in line:
+                self._attached.update(n for n in self.meta["probes"] if f"probe={n} " in line + " ")
+        self._check_children()
+        return lines
+
+    def _check_children(self) -> None:
+        for name, proc in self._procs:
+            code = proc.poll()
+            if code is None:
+                continue
+            err = self._error_text(name)
+            if name not in self._attached:
+                raise ZfsobsError(f"bpftrace could not start probe {name!r} on {self.target.name}: "
+                                  f"{err or f'exit status {code}'}")
+            if not self.ended:
+                self.ended = f"bpftrace ({name}) exited with status {code}" + (f": {err}" if err else "")
+        if not self.ended and time.monotonic() - self._started > START_TIMEOUT:
+            late = [n for n, _ in self._procs if n not in self._attached]
+            if late:
+                raise ZfsobsError(f"bpftrace did not attach probe(s) {', '.join(late)} within "
+                                  f"{START_TIMEOUT:.0f} s")
+
+    def _error_text(self, name: str) -> str:
+        time.sleep(0.05)     # let the stderr pump catch the last words
+        lines = self._stderr.get(name, [])
+        for line in lines:
+            if line.startswith("ERROR") or "rror" in line:
+                return line.strip()[:300]
+        return lines[0].strip()[:300] if lines else ""
+
+    @property
+    def attached(self) -> bool:
+        return len(self._attached) == len(self._procs)
+
+    def close(self) -> None:
+        """Stop every bpftrace (SIGINT lets it detach its probes), then clean up."""
+        for _, proc in self._procs:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGINT)
+                except ProcessLookupError:
+                    pass
+        for _, proc in self._procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        if self._dir:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = ""

@@ -1,0 +1,153 @@
+"""What can be traced here: a libzpool library (userland ZFS, e.g. ztest) or the zfs kernel module.
+
+A Target knows its ZFS version and build identity, which functions it exports, and how a probe
+script is attached to it (uprobe on a path, or kprobe). It never knows what a probe measures.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+import struct
+import subprocess
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from zfsobs.errors import ZfsobsError
+
+LIB_GLOBS = ("/lib/x86_64-linux-gnu/libzpool.so.*", "/usr/lib/x86_64-linux-gnu/libzpool.so.*",
+             "/usr/lib/libzpool.so.*", "/usr/local/lib/libzpool.so.*", "/lib64/libzpool.so.*")
+_VERSION_RE = re.compile(rb"zfs-(\d+\.\d+\.\d+)")
+_BUILD_ID_NOTE = struct.pack("<III4s", 4, 20, 3, b"GNU\0")
+
+
+@dataclass
+class Target:
+    kind: str                      # "libzpool" or "kernel"
+    path: str = ""                 # the library (libzpool) or "" (kernel)
+    version: str = "unknown"       # OpenZFS release, e.g. "2.1.11"
+    build_id: str = ""
+    btf: bool = False              # kernel module BTF present
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind} {self.version}" + (f" ({self.path})" if self.path else "")
+
+    def describe(self) -> dict:
+        return {"kind": self.kind, "path": self.path, "zfs_version": self.version,
+                "build_id": self.build_id, "btf": self.btf}
+
+    # How a probe attaches here (used by probes.render).
+    def entry(self, fn: str) -> str:
+        return f"uprobe:{self.path}:{fn}" if self.kind == "libzpool" else f"kprobe:{fn}"
+
+    def ret(self, fn: str) -> str:
+        return f"uretprobe:{self.path}:{fn}" if self.kind == "libzpool" else f"kretprobe:{fn}"
+
+    @property
+    def proc(self) -> str:
+        """Process id to key state by: ztest processes are separate pools' worlds; the kernel is one."""
+        return "pid" if self.kind == "libzpool" else "0"
+
+    @cached_property
+    def functions(self) -> frozenset[str]:
+        if self.kind == "libzpool":
+            return _exported_functions(self.path)
+        return _kernel_functions()
+
+
+def _exported_functions(path: str) -> frozenset[str]:
+    try:
+        out = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True,
+                             text=True, check=True).stdout
+    except FileNotFoundError:
+        raise ZfsobsError("nm (binutils) is needed to list the library's functions: apt-get install binutils") from None
+    except subprocess.CalledProcessError as exc:
+        raise ZfsobsError(f"{path}: cannot read its symbols: {exc.stderr.strip()}") from None
+    names = set()
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1] in ("T", "t", "W"):
+            names.add(parts[2])
+    return frozenset(names)
+
+
+def _kernel_functions() -> frozenset[str]:
+    names = set()
+    try:
+        with open("/proc/kallsyms") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 4 and parts[3] == "[zfs]" and parts[1] in ("T", "t"):
+                    names.add(parts[2])
+    except OSError:
+        pass
+    return frozenset(names)
+
+
+def library_identity(path: str) -> tuple[str, str]:
+    """(OpenZFS version, ELF build-id) read from the library file itself."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise ZfsobsError(f"{path}: cannot read: {exc.strerror}") from None
+    if data[:4] != b"\x7fELF":
+        raise ZfsobsError(f"{path}: not an ELF shared library")
+    match = _VERSION_RE.search(data)
+    version = match.group(1).decode() if match else "unknown"
+    at = data.find(_BUILD_ID_NOTE)
+    build_id = data[at + 16: at + 36].hex() if at >= 0 else ""
+    return version, build_id
+
+
+def find_libraries() -> list[str]:
+    found = []
+    for pattern in LIB_GLOBS:
+        for path in sorted(glob.glob(pattern)):
+            real = os.path.realpath(path)
+            if real not in found and os.path.isfile(real):
+                found.append(real)
+    return found
+
+
+def libzpool(path: str | None = None) -> Target:
+    if path is None:
+        libs = find_libraries()
+        if not libs:
+            raise ZfsobsError("no libzpool found (userland ZFS); install it with ./scripts/setup "
+                              "or name one with --target /path/to/libzpool.so")
+        path = libs[-1]
+    real = os.path.realpath(path)
+    if not os.path.isfile(real):
+        raise ZfsobsError(f"{path}: no such library")
+    version, build_id = library_identity(real)
+    return Target("libzpool", real, version, build_id)
+
+
+def kernel() -> Target:
+    if not os.path.isdir("/sys/module/zfs"):
+        raise ZfsobsError("the zfs kernel module is not loaded here (try --lab for the userland lab, "
+                          "or `zfsobs lab --kernel`)")
+    try:
+        with open("/sys/module/zfs/version") as f:
+            version = f.read().split("-")[0].strip() or "unknown"
+    except OSError:
+        version = "unknown"
+    return Target("kernel", "", version, "", btf=os.path.exists("/sys/kernel/btf/zfs"))
+
+
+def resolve(spec: str | None) -> Target:
+    """--target: 'kernel', 'libzpool', 'libzpool:PATH' or a library path; default: kernel if loaded."""
+    if spec in (None, "", "auto"):
+        return kernel() if os.path.isdir("/sys/module/zfs") else libzpool()
+    if spec == "kernel":
+        return kernel()
+    if spec == "libzpool":
+        return libzpool()
+    if spec.startswith("libzpool:"):
+        return libzpool(spec.split(":", 1)[1])
+    if "/" in spec:
+        return libzpool(spec)
+    raise ZfsobsError(f"unknown target {spec!r}: use kernel, libzpool, libzpool:PATH or a library path")

@@ -1,0 +1,48 @@
+"""The header: target, ZFS version, pools, event rate, malformed/lost counts, recording/replay."""
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+
+from zfsobs import __version__
+from zfsobs.model import Model
+from zfsobs.views.status import Status
+from zfsobs.views.units import size
+
+
+def render_header(model: Model, status: Status, now_ns: int | None) -> Table:
+    meta = status.meta
+    target = meta.get("target", {})
+    grid = Table.grid(expand=True, padding=(0, 2))
+    grid.add_column(ratio=3)
+    grid.add_column(ratio=2, justify="right")
+    where = f"{target.get('kind', '?')} · OpenZFS {target.get('zfs_version', '?')}"
+    if target.get("path"):
+        where += f" · {target['path']}"
+    title = Text.assemble(("zfsobs ", "bold cyan"), (meta.get("zfsobs", __version__), "cyan"),
+                          "  ", (where, "bold"))
+    grid.add_row(title, Text(f"{meta.get('host', '')} · {meta.get('source', '')} "
+                             f"{meta.get('bpftrace', '')}", style="dim"))
+    pools = ", ".join(sorted(model.txg.pools)) or "(none yet)"
+    counts = Text.assemble(
+        f"pools: {pools}   events {model.events} ({model.events_per_second(now_ns):.0f}/s)   ",
+        ("malformed ", ""), (str(status.malformed), "bold red" if status.malformed else ""),
+        ("   lost ", ""), (str(model.lost), "bold red" if model.lost else ""))
+    grid.add_row(counts, _mode_text(status))
+    for line in ([status.message] if status.message else []) + status.warnings[:2]:
+        grid.add_row(Text(line, style="yellow"), "")
+    return grid
+
+
+def _mode_text(status: Status) -> Text:
+    if status.mode == "replay":
+        pos = "-" if status.cursor_ns is None else f"{status.cursor_ns / 1e9:.1f}"
+        end = "-" if status.end_ns is None else f"{status.end_ns / 1e9:.1f}"
+        state = "PAUSED" if status.paused else f"▶ ×{status.speed:g}"
+        return Text(f"REPLAY {pos} / {end} s  {state}   space t T j r q", style="bold magenta")
+    parts = []
+    if status.recording:
+        parts.append((f"● REC {status.recording} ({size(status.recorded_bytes)})", "bold red"))
+    parts.append(("  PAUSED (recording continues)" if status.paused else "  LIVE", "bold green"))
+    parts.append(("   space pause  q quit", "dim"))
+    return Text.assemble(*parts)

@@ -1,0 +1,71 @@
+"""Reports of a capture: text for people, JSON and CSV for scripts. Built by feeding the capture
+through the same parser and model as the live view, with no row limit."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from zfsobs.capture import Capture
+from zfsobs.events import Parser
+from zfsobs.model import Model
+from zfsobs.views.units import ms, mib
+
+SECTIONS = ("txgs",)
+
+
+def build(capture: Capture) -> tuple[Model, Parser]:
+    parser = Parser()
+    model = Model(keep=None)
+    for ev in sorted(filter(None, map(parser.parse, capture.lines)), key=lambda e: e.ts):
+        model.feed(ev)
+    return model, parser
+
+
+def as_dict(capture: Capture) -> dict:
+    model, parser = build(capture)
+    meta = dict(capture.meta)
+    meta.update(events=parser.events, malformed=parser.malformed, lost=model.lost,
+                duration_ns=(model.last_ts - model.first_ts) if model.events else 0,
+                trailer=capture.trailer, warnings=capture.warnings)
+    rows = [r.as_dict() for pool in sorted(model.txg.pools) for r in model.txg.pools[pool].rows]
+    summary = {pool: model.txg.stats(pool, list(model.txg.pools[pool].rows)) for pool in sorted(model.txg.pools)}
+    return {"meta": meta, "txgs": rows, "summary": {"txg": summary}}
+
+
+def render(capture: Capture, fmt: str, section: str = "txgs") -> str:
+    data = as_dict(capture)
+    if fmt == "json":
+        return json.dumps(data, indent=1, sort_keys=False) + "\n"
+    if fmt == "csv":
+        rows = data[section]
+        out = io.StringIO()
+        if rows:
+            writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+            writer.writeheader()
+            writer.writerows({k: ("" if v is None else v) for k, v in r.items()} for r in rows)
+        return out.getvalue()
+    return _text(data)
+
+
+def _text(data: dict) -> str:
+    meta = data["meta"]
+    target = meta.get("target", {})
+    lines = [f"zfsobs report: {meta.get('host', '?')}  {target.get('kind', '?')} OpenZFS "
+             f"{target.get('zfs_version', '?')}  {target.get('path', '')}".rstrip(),
+             f"duration {meta['duration_ns'] / 1e9:.1f} s   events {meta['events']}   "
+             f"malformed {meta['malformed']}   lost {meta['lost']}"]
+    for warning in meta["warnings"]:
+        lines.append(f"warning: {warning}")
+    lines.append("")
+    lines.append("txg sync (ms)      txgs      p50      p95      p99      max   interval p50/mean/p99 ms"
+                 "   dirty MiB mean/max")
+    for pool, st in data["summary"]["txg"].items():
+        s, iv, d = st["sync_ns"], st["interval_ns"], st["dirty_bytes"]
+        lines.append(f"{pool:<16} {st['txgs']:>6} {ms(s['p50'], 3):>8} {ms(s['p95'], 3):>8} "
+                     f"{ms(s['p99'], 3):>8} {ms(s['max'], 3):>8}   "
+                     f"{ms(iv['p50'])}/{ms(iv['mean'])}/{ms(iv['p99'])}".ljust(80)
+                     + f"   {mib(d['mean'])}/{mib(d['max'])}")
+    if not data["summary"]["txg"]:
+        lines.append("(no txg synced in this capture)")
+    return "\n".join(lines) + "\n"

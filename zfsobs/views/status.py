@@ -1,0 +1,20 @@
+"""What the header says about the run itself, independent of any metric."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Status:
+    meta: dict                       # capture header / live source meta
+    mode: str = "live"               # live | replay
+    malformed: int = 0
+    ignored: int = 0
+    recording: str = ""              # capture path while recording
+    recorded_bytes: int = 0
+    paused: bool = False
+    cursor_ns: int | None = None     # replay position (event time)
+    end_ns: int | None = None        # replay end (event time)
+    speed: float = 1.0
+    message: str = ""                # e.g. why the source ended
+    warnings: list[str] = field(default_factory=list)

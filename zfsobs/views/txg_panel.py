@@ -1,0 +1,45 @@
+"""The txg panel: per pool, the latest txgs (sync time, interval, dirty data, state times) and
+sync-time statistics over the last minute, with a sparkline of recent sync times."""
+from __future__ import annotations
+
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from zfsobs.model.txg import TxgModel
+from zfsobs.views.units import mib, ms, sparkline
+
+BAR_WIDTH = 24
+
+
+def render_txg(model: TxgModel, rows_per_pool: int) -> Panel:
+    if not model.pools:
+        return Panel(Text("waiting for the first txg sync…", style="dim"), title="txg sync")
+    parts = []
+    for pool in sorted(model.pools):
+        parts.extend(_pool(model, pool, rows_per_pool))
+    return Panel(Group(*parts), title="txg sync", title_align="left")
+
+
+def _pool(model: TxgModel, pool: str, nrows: int) -> list:
+    window = model.pools[pool].window()
+    st = model.stats(pool, window)
+    s, iv, dirty = st["sync_ns"], st["interval_ns"], st["dirty_bytes"]
+    line = Text.assemble(
+        (f"{pool}", "bold"), f"  last 60 s: {st['txgs']} txgs  sync ms p50 {ms(s['p50'])}  "
+        f"p99 {ms(s['p99'])}  max {ms(s['max'])}   interval ms p50 {ms(iv['p50'])}  "
+        f"dirty MiB mean {mib(dirty['mean'])}  max {mib(dirty['max'])}")
+    spark = Text.assemble(("sync  ", "dim"), (sparkline([r.sync_ns for r in window], 100), "cyan"))
+    table = Table(expand=True, box=None, padding=(0, 1), header_style="bold")
+    for name in ("txg", "pid", "sync ms", "interval ms", "dirty MiB", "open ms", "quiesce ms",
+                 "wait ms"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("sync time", no_wrap=True)
+    top = max((r.sync_ns for r in window), default=1) or 1
+    for r in list(window)[-nrows:][::-1]:
+        bar = "█" * max(1, round(r.sync_ns / top * BAR_WIDTH))
+        style = "red" if r.sync_ns >= (s["p99"] or 0) and len(window) > 10 else "green"
+        table.add_row(str(r.txg), str(r.pid), ms(r.sync_ns), ms(r.interval_ns), mib(r.dirty_bytes),
+                      ms(r.open_ns), ms(r.quiesce_ns), ms(r.wait_ns), Text(bar, style=style))
+    return [line, spark, table]

@@ -1,0 +1,38 @@
+"""Number formatting shared by every view (ms for times, MiB for dirty data)."""
+from __future__ import annotations
+
+import time
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def ms(ns: float | None, digits: int = 2) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.{digits}f}"
+
+
+def mib(nbytes: float | None) -> str:
+    return "-" if nbytes is None else f"{nbytes / 1048576:.1f}"
+
+
+def size(nbytes: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+    return ""
+
+
+def sparkline(values: list[float], width: int) -> str:
+    values = values[-width:]
+    if not values:
+        return ""
+    top = max(values) or 1
+    return "".join(SPARK[min(len(SPARK) - 1, int(v / top * (len(SPARK) - 1) + 0.5))] for v in values)
+
+
+def wallclock(meta: dict, ts: int | None) -> str:
+    """HH:MM:SS.mmm local time of a monotonic event timestamp, via the capture's clock anchor."""
+    if ts is None or "start_wall_ns" not in meta or "start_mono_ns" not in meta:
+        return "-"
+    wall = meta["start_wall_ns"] + (ts - meta["start_mono_ns"])
+    return time.strftime("%H:%M:%S", time.localtime(wall / 1e9)) + f".{int(wall / 1e6) % 1000:03d}"
