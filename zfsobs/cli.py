@@ -29,6 +29,8 @@ def _target_args(p: argparse.ArgumentParser) -> None:
                        help="kernel | libzpool | libzpool:PATH | PATH (default: kernel if loaded)")
     p.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE",
                    help="with --lab: a ZFS tunable for the lab's ztest (repeatable)")
+    p.add_argument("-p", "--pool", action="append", default=[], metavar="POOL",
+                   help="only this pool (repeatable; default: all pools)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -165,7 +167,7 @@ def _record(args) -> int:
         session.run(tick=0.5)
     parser = session.pipeline.parser
     txgs = sum(p.total for p in session.model.txg.pools.values())
-    print(f"zfsobs: recorded {parser.events} events ({txgs} txgs, {parser.malformed} malformed, "
+    print(f"zfsobs: recorded {session.pipeline.kept} events ({txgs} txgs, {parser.malformed} malformed, "
           f"{session.model.lost} lost) in {time.monotonic() - started:.1f} s to {args.record} "
           f"({session.capture.bytes} bytes); stopped: {session.reason}", file=sys.stderr)
     return 0

@@ -40,6 +40,12 @@ def format_line(kind: str, ts: int, fields: dict) -> str:
     return " ".join(parts)
 
 
+def is_event_line(line: str) -> bool:
+    """Meant as an event (possibly malformed), as opposed to other output of the tracer."""
+    line = line.strip()
+    return line == MAGIC or line.startswith(MAGIC + " ")
+
+
 def _value(text: str):
     try:
         number = int(text)
@@ -61,7 +67,7 @@ class Parser:
 
     def parse(self, line: str) -> Event | None:
         line = line.strip()
-        if not line.startswith(MAGIC + " "):
+        if not is_event_line(line):
             if line:
                 self.ignored += 1
             return None

@@ -59,6 +59,8 @@ class Lab:
                 raise ZfsobsError(f"lab option {opt!r}: expected NAME=INTEGER (a ZFS tunable)")
         self.dir = ""
         self.proc: subprocess.Popen | None = None
+        # A pool name of its own, so other ztest runs on this machine (same library) are told apart.
+        self.pool = f"zfsobs_lab_{os.getpid()}"
 
     @property
     def tunables(self) -> dict[str, int]:
@@ -77,7 +79,7 @@ class Lab:
         env = dict(os.environ, LD_LIBRARY_PATH=libdir)
         run_time = int(self.duration) + 1 if self.duration else 10 * 365 * 86400
         cmd = [ZTEST, "-T", str(run_time), "-P", str(PASS_SECONDS), "-k", "0",
-               "-s", VDEV_SIZE, "-f", vdevs]
+               "-s", VDEV_SIZE, "-f", vdevs, "-p", self.pool]
         for opt in self.options:
             cmd += ["-o", opt]
         self.log = open(os.path.join(self.dir, "ztest.log"), "wb")

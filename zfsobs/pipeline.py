@@ -4,20 +4,22 @@ from __future__ import annotations
 from typing import Callable
 
 from zfsobs.capture import CaptureWriter
-from zfsobs.events import MAGIC, Event, Parser
+from zfsobs.events import Event, Parser, is_event_line
 from zfsobs.model import Model
 from zfsobs.views.status import Status
 
 
 class Pipeline:
     def __init__(self, source, model: Model, status: Status, capture: CaptureWriter | None = None,
-                 listeners: list[Callable[[Event], None]] | None = None):
+                 listeners: list[Callable[[Event], None]] | None = None, pools: tuple[str, ...] = ()):
         self.source = source
         self.model = model
         self.status = status
         self.capture = capture
         self.parser = Parser()
         self.listeners = list(listeners or [])
+        self.pools = tuple(pools)      # only these pools (and ztest's pools named after them)
+        self.kept = 0                  # events that passed the pool filter
 
     def step(self, timeout: float) -> None:
         for line in self.source.poll(timeout):
@@ -29,13 +31,20 @@ class Pipeline:
             self.status.message = self.source.ended
 
     def feed_line(self, line: str) -> None:
-        if self.capture is not None and line.startswith(MAGIC + " "):
-            self.capture.add(line)      # malformed ones too: replay must count what live counted
         ev = self.parser.parse(line)
         self.status.malformed = self.parser.malformed
         self.status.ignored = self.parser.ignored
+        if ev is not None and self.pools and not self._wanted(ev):
+            return
+        if self.capture is not None and is_event_line(line):
+            self.capture.add(line)      # malformed ones too: replay must count what live counted
         if ev is None:
             return
+        self.kept += 1
         self.model.feed(ev)
         for listener in self.listeners:
             listener(ev)
+
+    def _wanted(self, ev: Event) -> bool:
+        pool = ev.fields.get("pool")
+        return pool is None or any(str(pool).startswith(p) for p in self.pools)

@@ -5,7 +5,8 @@ A script in probes/linux/ is written once with placeholders:
   PROC                     the process key (pid for userland, 0 for the kernel)
   TARGET                   the target kind, for the hello line
   OFF(struct.field)        a struct offset for this build (probes/offsets.json)
-A statement line whose OFF() this build lacks is left out, so its value reads as unavailable (-1).
+A statement whose OFF() this build lacks is replaced by the statement after its
+"// without offsets:" comment (which makes the value read as unavailable, -1), or left out.
 A probe block on a function the target lacks is left out, unless the header lists it under
 "Requires:", which makes the whole script unavailable on that target.
 """
@@ -23,6 +24,7 @@ from zfsobs.targets import Target
 
 _PROBE_RE = re.compile(r"\b(ENTRY|RETURN)\((\w+)\)")
 _OFF_RE = re.compile(r"\bOFF\(([\w.]+)\)")
+_FALLBACK = "// without offsets:"
 
 
 def probes_dir() -> Path:
@@ -92,7 +94,10 @@ def render(name: str, target: Target) -> Rendered:
             unknown = [f for f in fields if f not in offsets]
             if unknown:
                 dropped.append(f"offset {', '.join(unknown)} unknown for {target.name}")
-                continue
+                code, sep, fallback = line.partition(_FALLBACK)
+                if not sep:
+                    continue
+                line = code[:len(code) - len(code.lstrip())] + fallback.strip()
             line = _OFF_RE.sub(lambda m: str(offsets[m.group(1)]), line)
             line = _PROBE_RE.sub(lambda m: (target.entry if m.group(1) == "ENTRY" else target.ret)(m.group(2)), line)
             line = re.sub(r"\bPROC\b", target.proc, line)

@@ -71,7 +71,10 @@ class Session:
         if self.lab is not None:
             self.stack.callback(self.lab.stop)
             self.lab.start()
-            self.source.meta["lab"] = {"dir": self.lab.dir, "pid": self.lab.proc.pid}
+            self.source.meta["lab"] = {"dir": self.lab.dir, "pid": self.lab.proc.pid,
+                                       "pool": self.lab.pool, "options": self.lab.options}
+        pools = tuple(getattr(args, "pool", None) or ()) + ((self.lab.pool,) if self.lab else ())
+        self.source.meta["pools"] = list(pools)
         if getattr(args, "record", None):
             self.capture = CaptureWriter(args.record, self.source.meta, force=args.force)
             self.stack.callback(self._close_capture)
@@ -82,7 +85,7 @@ class Session:
             except OSError as exc:
                 raise ZfsobsError(f"cannot run {args.command[0]}: {exc.strerror}") from None
             self.stack.callback(self._stop_command)
-        self.pipeline = Pipeline(self.source, self.model, self.status, self.capture)
+        self.pipeline = Pipeline(self.source, self.model, self.status, self.capture, pools=pools)
 
     def _wait_attached(self) -> None:
         self.pending = []
@@ -120,7 +123,7 @@ class Session:
 
     def _close_capture(self) -> None:
         trailer = {"end_wall_ns": time.time_ns(), "end_mono_ns": time.monotonic_ns(),
-                   "reason": self.reason or "error", "events": self.pipeline.parser.events,
+                   "reason": self.reason or "error", "events": self.pipeline.kept,
                    "malformed": self.pipeline.parser.malformed, "lost": self.model.lost}
         try:
             self.capture.close(trailer)

@@ -57,8 +57,8 @@ def check_tracing() -> str:
 
 def bpftrace_version(path: str) -> str:
     try:
-        return subprocess.run([path, "--version"], capture_output=True, text=True,
-                              timeout=10).stdout.strip()
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout
+        return out.strip().replace("bpftrace ", "") or "unknown"
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
 

@@ -58,11 +58,11 @@ def _text(data: dict) -> str:
     for warning in meta["warnings"]:
         lines.append(f"warning: {warning}")
     lines.append("")
-    lines.append("txg sync (ms)      txgs      p50      p95      p99      max   interval p50/mean/p99 ms"
+    lines.append("txg sync (ms)          txgs      p50      p95      p99      max   interval p50/mean/p99 ms"
                  "   dirty MiB mean/max")
     for pool, st in data["summary"]["txg"].items():
         s, iv, d = st["sync_ns"], st["interval_ns"], st["dirty_bytes"]
-        lines.append(f"{pool:<16} {st['txgs']:>6} {ms(s['p50'], 3):>8} {ms(s['p95'], 3):>8} "
+        lines.append(f"{pool:<20} {st['txgs']:>6} {ms(s['p50'], 3):>8} {ms(s['p95'], 3):>8} "
                      f"{ms(s['p99'], 3):>8} {ms(s['max'], 3):>8}   "
                      f"{ms(iv['p50'])}/{ms(iv['mean'])}/{ms(iv['p99'])}".ljust(80)
                      + f"   {mib(d['mean'])}/{mib(d['max'])}")

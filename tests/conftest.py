@@ -1,0 +1,33 @@
+"""Shared fixtures. Captures in tests/data were recorded from real runs (real bpftrace on the real
+libzpool under the lab's ztest); re-record them with ./scripts/record-fixtures."""
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+
+import pytest
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+
+
+def recorded_capture() -> str:
+    paths = sorted(glob.glob(os.path.join(DATA, "lab-txg-*.cap")))
+    assert paths, "tests/data has no recorded capture; run ./scripts/record-fixtures"
+    return paths[-1]
+
+
+@pytest.fixture
+def capture_path() -> str:
+    return recorded_capture()
+
+
+def lab_ready() -> str:
+    """Why the lab tests cannot run here, or '' when they can."""
+    if os.geteuid() != 0:
+        return "needs root"
+    if not shutil.which("bpftrace"):
+        return "needs bpftrace"
+    if not os.path.exists("/usr/sbin/ztest"):
+        return "needs ztest (zfs-test)"
+    return ""

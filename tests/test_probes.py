@@ -1,0 +1,84 @@
+"""Rendering probe scripts for targets, and bpftrace accepting what we render."""
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from zfsobs.errors import ZfsobsError
+from zfsobs.probes import available, render, required_functions, source
+from zfsobs.targets import Target, find_libraries, libzpool
+
+TXG_FUNCS = {"spa_sync", "spa_txg_history_add", "spa_txg_history_set", "spa_txg_history_init_io",
+             "spa_txg_history_fini_io"}
+PLACEHOLDER = re.compile(r"\b(ENTRY|RETURN|OFF)\(|\bPROC\b|\bTARGET\b")
+
+
+def kernel_target(functions, version="2.1.11"):
+    """A kernel target whose symbol table is given (no zfs module on these machines); the
+    kernel path itself is exercised for real in the kernel lab."""
+    t = Target("kernel", "", version)
+    t.__dict__["functions"] = frozenset(functions)
+    return t
+
+
+def code_lines(text):
+    return [l for l in text.splitlines() if not l.lstrip().startswith(("/*", "*", "//"))]
+
+
+def compiles(text, tmp_path):
+    """bpftrace's own dry run (--emit-elf): parses, type-checks and generates BPF, attaches nothing."""
+    if not shutil.which("bpftrace") or os.geteuid() != 0:
+        pytest.skip("needs root and bpftrace")
+    script = tmp_path / "p.bt"
+    script.write_text(text)
+    res = subprocess.run(["bpftrace", "--emit-elf", str(tmp_path / "p.elf"), str(script)],
+                         capture_output=True, text=True, timeout=120)
+    errors = [l for l in res.stderr.splitlines() if "ERROR" in l and "RLIMIT_MEMLOCK" not in l]
+    assert res.returncode == 0 and not errors, res.stderr
+
+
+def test_every_script_has_the_documented_header():
+    for name in available():
+        text = source(name)
+        assert text.startswith("/*\n * " + name + ".bt - "), name
+        assert "Probes:" in text and "Overhead:" in text and required_functions(text), name
+
+
+@pytest.mark.skipif(not find_libraries(), reason="needs an installed libzpool")
+def test_libzpool_rendering_is_complete_and_compiles(tmp_path):
+    target = libzpool()
+    r = render("txg", target)
+    assert f"uprobe:{target.path}:spa_sync" in r.text and f"uretprobe:{target.path}:spa_sync" in r.text
+    assert not any(PLACEHOLDER.search(l) for l in code_lines(r.text))
+    assert set(r.functions) == TXG_FUNCS and r.dropped == []
+    assert "+ 528 +" in r.text          # dp_dirty_pertxg for this build, from probes/offsets.json
+    compiles(r.text, tmp_path)
+
+
+def test_kernel_rendering_uses_kprobes_and_marks_unknown_offsets(tmp_path):
+    r = render("txg", kernel_target(TXG_FUNCS))
+    code = "\n".join(code_lines(r.text))
+    assert "kprobe:spa_sync" in code and "kretprobe:spa_sync" in code and "uprobe" not in code
+    assert "@txg_dirty[0, arg0, arg1] = 0;" in r.text      # unknown layout -> dirty reads -1
+    assert any("dp_dirty_pertxg unknown" in d for d in r.dropped)
+    assert not any(PLACEHOLDER.search(l) for l in code_lines(r.text))
+    compiles(r.text, tmp_path)
+
+
+def test_a_missing_optional_function_drops_its_block(tmp_path):
+    r = render("txg", kernel_target(TXG_FUNCS - {"spa_txg_history_add"}))
+    assert "spa_txg_history_add" not in "\n".join(code_lines(r.text))
+    assert "function spa_txg_history_add absent" in r.dropped
+    compiles(r.text, tmp_path)
+
+
+def test_a_missing_required_function_is_a_clear_error():
+    with pytest.raises(ZfsobsError, match="spa_sync not in this ZFS build"):
+        render("txg", kernel_target(TXG_FUNCS - {"spa_sync"}))
+
+
+def test_unknown_probe_name():
+    with pytest.raises(ZfsobsError, match="no probe script 'nope'"):
+        source("nope")
