@@ -10,6 +10,7 @@ import tempfile
 import time
 
 from zfsobs.errors import ZfsobsError
+from zfsobs.procs import die_with_parent
 from zfsobs.targets import Target, libzpool
 
 ZTEST = "/usr/sbin/ztest"
@@ -84,7 +85,8 @@ class Lab:
             cmd += ["-o", opt]
         self.log = open(os.path.join(self.dir, "ztest.log"), "wb")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+                                     stdin=subprocess.DEVNULL, start_new_session=True,
+                                     preexec_fn=die_with_parent)
         self.started = time.monotonic()
         return self
 

@@ -2,7 +2,6 @@
 stdout; a capture is the other source (capture.read_capture). Children die with us, always."""
 from __future__ import annotations
 
-import ctypes
 import os
 import platform
 import queue
@@ -19,6 +18,7 @@ from zfsobs import __version__
 from zfsobs.errors import ZfsobsError
 from zfsobs.events import format_line
 from zfsobs.probes import Rendered, render
+from zfsobs.procs import die_with_parent
 from zfsobs.targets import Target
 
 _LOST_RE = re.compile(r"^Lost (\d+) events")
@@ -31,10 +31,7 @@ START_TIMEOUT = 60.0
 
 def _child_setup() -> None:
     """In the bpftrace child: die with zfsobs (even on SIGKILL), and allow BPF map memory."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+    die_with_parent()
     try:
         resource.setrlimit(resource.RLIMIT_MEMLOCK, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     except (ValueError, OSError):
