@@ -31,3 +31,8 @@ def lab_ready() -> str:
     if not os.path.exists("/usr/sbin/ztest"):
         return "needs ztest (zfs-test)"
     return ""
+
+
+def pytest_collection_modifyitems(config, items):
+    """Fast tests first, the real-lab tests last, so a failure shows early."""
+    items.sort(key=lambda item: item.get_closest_marker("lab") is not None)

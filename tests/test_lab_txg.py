@@ -80,9 +80,10 @@ def agree(ours: int, truth: int, floor_ns: int) -> bool:
     return abs(ours - truth) <= max(0.05 * truth, floor_ns)
 
 
-# stime also spans the two vdev_get_stats() of the root vdev that spa_txg_history_init_io/fini_io
-# make around spa_sync (measured here: 40 us median, 120 us max, with 70 file vdevs); a second
-# uretprobe differs from ours only by the order of two uprobe traps.
+# stime also spans the vdev_get_stats() of the root vdev that spa_txg_history_fini_io() makes
+# after spa_sync (measured here: 40 us median, 120 us max with ~70 file vdevs, and a few ms when it
+# waits for a config lock that ztest's vdev add/remove holds); a second uretprobe differs from
+# ours only by the order of two uprobe traps, so it is the exact check.
 STIME_FLOOR_NS = 200_000
 URETPROBE_FLOOR_NS = 20_000
 
@@ -98,19 +99,19 @@ def test_records_at_least_100_txgs_with_positive_sync_times(run):
 
 def test_each_sync_time_agrees_with_zfs_own_stime(run):
     rows, stime = txgs(run), run["stime"]
-    checked, big = 0, 0
+    checked, agreeing, big = 0, 0, 0
     for r in rows:
         candidates = stime.get((r["pid"], r["pool"], r["txg"]), [])
         if not candidates:
             continue
         truth = min(candidates, key=lambda s: abs(s - r["sync_ns"]))
-        assert agree(r["sync_ns"], truth, STIME_FLOOR_NS), (r, truth)
-        assert r["stime_ns"] == truth or r["stime_ns"] in candidates   # our copy of the same field
+        assert r["stime_ns"] in candidates              # our copy of the same ZFS field
+        assert truth >= r["sync_ns"] - URETPROBE_FLOOR_NS, (r, truth)   # stime contains spa_sync
         checked += 1
-        if truth >= 1_000_000:
-            assert abs(r["sync_ns"] - truth) <= 0.05 * truth
-            big += 1
+        agreeing += agree(r["sync_ns"], truth, STIME_FLOOR_NS)
+        big += truth >= 1_000_000
     assert checked >= 0.95 * len(rows) and big >= 10, (checked, big, len(rows))
+    assert agreeing >= 0.95 * checked, (agreeing, checked)
 
 
 def test_each_sync_time_agrees_with_a_second_uretprobe(run):

@@ -80,6 +80,8 @@ def _fix_record_args(ap, argv: list[str]) -> list[str]:
     # `record -o FILE` is the documented spelling; -o is the lab's tunable flag elsewhere.
     if argv and argv[0] == "record":
         head, sep, tail = _split_command(argv)
+        if head.count("-o") > 1:
+            ap.error("record: -o names the output file; give lab tunables with --option NAME=VALUE")
         head = ["--output" if a == "-o" else a for a in head]
         return head + sep + tail
     return argv
@@ -191,7 +193,8 @@ def _replay(capture, args) -> int:
 def _lab(args) -> int:
     from zfsobs.lab import Lab
     from zfsobs.session import Terminated, _raise_terminated
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_terminated)
     lab = Lab(duration=args.duration, options=args.option)
     try:
         lab.start()

@@ -46,18 +46,33 @@ def _remove_stale(root: str) -> None:
             continue
 
 
+def linked_library(program: str) -> str | None:
+    """The libzpool `program` loads (ldd), so the probes go where the lab's code runs."""
+    try:
+        out = subprocess.run(["ldd", program], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in out.splitlines():
+        if "libzpool" in line and "=>" in line:
+            path = line.split("=>")[1].split("(")[0].strip()
+            return path or None
+    return None
+
+
 class Lab:
     def __init__(self, duration: float | None = None, options: list[str] | None = None,
                  library: str | None = None):
         if not os.path.exists(ZTEST):
             raise ZfsobsError(f"{ZTEST} not found: the lab needs ztest (package zfs-test); run ./scripts/setup")
-        self.target: Target = libzpool(library)
+        self.target: Target = libzpool(library or linked_library(ZTEST))
         self.duration = duration
         self.options = list(options or [])
         for opt in self.options:
             name, sep, value = opt.partition("=")
-            if not sep or not name or not value.lstrip("-").isdigit():
+            if not sep or not name or not value.isdigit():
                 raise ZfsobsError(f"lab option {opt!r}: expected NAME=INTEGER (a ZFS tunable)")
+            if int(value) >= 1 << 32:     # ztest -o sets 32-bit globals and would truncate silently
+                raise ZfsobsError(f"lab option {opt!r}: ztest sets tunables as 32-bit values (< 4294967296)")
         self.dir = ""
         self.proc: subprocess.Popen | None = None
         # A pool name of its own, so other ztest runs on this machine (same library) are told apart.

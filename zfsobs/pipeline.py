@@ -11,14 +11,16 @@ from zfsobs.views.status import Status
 
 class Pipeline:
     def __init__(self, source, model: Model, status: Status, capture: CaptureWriter | None = None,
-                 listeners: list[Callable[[Event], None]] | None = None, pools: tuple[str, ...] = ()):
+                 listeners: list[Callable[[Event], None]] | None = None, pools: tuple[str, ...] = (),
+                 pool_prefixes: tuple[str, ...] = ()):
         self.source = source
         self.model = model
         self.status = status
         self.capture = capture
         self.parser = Parser()
         self.listeners = list(listeners or [])
-        self.pools = tuple(pools)      # only these pools (and ztest's pools named after them)
+        self.pools = tuple(pools)                  # only these pools...
+        self.pool_prefixes = tuple(pool_prefixes)  # ...and pools named after these (the lab's)
         self.kept = 0                  # events that passed the pool filter
 
     def step(self, timeout: float) -> None:
@@ -34,7 +36,7 @@ class Pipeline:
         ev = self.parser.parse(line)
         self.status.malformed = self.parser.malformed
         self.status.ignored = self.parser.ignored
-        if ev is not None and self.pools and not self._wanted(ev):
+        if ev is not None and (self.pools or self.pool_prefixes) and not self._wanted(ev):
             return
         if self.capture is not None and is_event_line(line):
             self.capture.add(line)      # malformed ones too: replay must count what live counted
@@ -47,4 +49,7 @@ class Pipeline:
 
     def _wanted(self, ev: Event) -> bool:
         pool = ev.fields.get("pool")
-        return pool is None or any(str(pool).startswith(p) for p in self.pools)
+        if pool is None:
+            return True
+        pool = str(pool)
+        return pool in self.pools or any(pool.startswith(p) for p in self.pool_prefixes)

@@ -73,8 +73,9 @@ class Session:
             self.lab.start()
             self.source.meta["lab"] = {"dir": self.lab.dir, "pid": self.lab.proc.pid,
                                        "pool": self.lab.pool, "options": self.lab.options}
-        pools = tuple(getattr(args, "pool", None) or ()) + ((self.lab.pool,) if self.lab else ())
-        self.source.meta["pools"] = list(pools)
+        pools = tuple(getattr(args, "pool", None) or ())
+        prefixes = (self.lab.pool,) if self.lab else ()
+        self.source.meta["pools"] = list(pools + prefixes)
         if getattr(args, "record", None):
             self.capture = CaptureWriter(args.record, self.source.meta, force=args.force)
             self.stack.callback(self._close_capture)
@@ -85,7 +86,8 @@ class Session:
             except OSError as exc:
                 raise ZfsobsError(f"cannot run {args.command[0]}: {exc.strerror}") from None
             self.stack.callback(self._stop_command)
-        self.pipeline = Pipeline(self.source, self.model, self.status, self.capture, pools=pools)
+        self.pipeline = Pipeline(self.source, self.model, self.status, self.capture, pools=pools,
+                                 pool_prefixes=prefixes)
 
     def _wait_attached(self) -> None:
         self.pending = []

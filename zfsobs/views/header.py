@@ -39,7 +39,7 @@ def _mode_text(status: Status) -> Text:
         pos = "-" if status.cursor_ns is None else f"{status.cursor_ns / 1e9:.1f}"
         end = "-" if status.end_ns is None else f"{status.end_ns / 1e9:.1f}"
         state = "PAUSED" if status.paused else f"▶ ×{status.speed:g}"
-        return Text(f"REPLAY {pos} / {end} s  {state}   space t T j r q", style="bold magenta")
+        return Text(f"REPLAY {pos} / {end} s  {state}   space t T j r + - q", style="bold magenta")
     parts = []
     if status.recording:
         parts.append((f"● REC {status.recording} ({size(status.recorded_bytes)})", "bold red"))

@@ -1,4 +1,4 @@
-"""The live TUI: redraws the screen at the session's tick (≥2 Hz), space pauses the display while
+"""The live TUI: redraws the screen every --interval seconds (at least 2 Hz), space pauses the display while
 recording continues, q quits. Without a terminal the session prints line mode instead."""
 from __future__ import annotations
 
@@ -34,4 +34,4 @@ def run_live(session: Session, console: Console) -> None:
             return True
 
         draw()
-        session.run(on_tick)
+        session.run(on_tick, tick=min(session.args.interval, 0.5))

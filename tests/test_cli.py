@@ -1,0 +1,92 @@
+"""Bad input gets one clear line and a non-zero exit, never a traceback."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ZFSOBS = [sys.executable, "-m", "zfsobs"]
+
+
+def run(*args, user=None, **kw):
+    cmd = ZFSOBS + list(args)
+    if user:
+        cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"] + cmd
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, **kw)
+
+
+def one_line_error(res, pattern):
+    assert res.returncode != 0
+    assert "Traceback" not in res.stderr
+    lines = [l for l in res.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("zfsobs: ") and pattern in lines[0], res.stderr
+
+
+def test_foreign_truncated_and_missing_captures(tmp_path, capture_path):
+    foreign = tmp_path / "foreign"
+    foreign.write_bytes(b"PK\x03\x04 a zip file")
+    one_line_error(run("report", str(foreign)), "not a zfsobs capture")
+    one_line_error(run("replay", str(tmp_path / "none")), "no such file")
+    # a capture cut inside its header record is unreadable; cut later it reports what it has
+    data = open(capture_path, "rb").read()
+    cut = tmp_path / "cut.cap"
+    cut.write_bytes(data[:40])
+    one_line_error(run("report", str(cut)), "header missing or damaged")
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    res = run("report", str(cut), "--format", "json")
+    assert res.returncode == 0 and "warning" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_bad_arguments():
+    one_line_error(run("probes", "show", "nope"), "no probe script 'nope'")
+    one_line_error(run("probes", "show", "txg", "--target", "/no/such/lib.so"), "no such library")
+    one_line_error(run("probes", "show", "txg", "--target", "solaris"), "unknown target")
+    res = run("report", "x", "--format", "xml")
+    assert res.returncode == 2 and "invalid choice" in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to drop it")
+def test_not_root(tmp_path):
+    one_line_error(run("top", "--target", "libzpool", user=65534, cwd=tmp_path), "needs root")
+    one_line_error(run("record", "--lab", "-o", str(tmp_path / "x"), user=65534, cwd=tmp_path), "needs root")
+
+
+def test_no_bpftrace(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the root check comes first)")
+    env = dict(os.environ, PATH=str(tmp_path))     # a PATH without bpftrace
+    res = run("top", "--target", "libzpool", env=env)
+    one_line_error(res, "bpftrace not found")
+
+
+def test_no_kernel_zfs_here():
+    if os.path.isdir("/sys/module/zfs"):
+        pytest.skip("this machine has kernel ZFS")
+    one_line_error(run("probes", "show", "txg", "--target", "kernel"), "zfs kernel module is not loaded")
+
+
+def test_lab_option_must_be_a_tunable(tmp_path):
+    one_line_error(run("lab", "-o", "garbage"), "expected NAME=INTEGER")
+    one_line_error(run("top", "-o", "zfs_txg_timeout=1", "--target", "libzpool"), "lab only")
+
+
+def test_record_refuses_to_overwrite(tmp_path):
+    existing = tmp_path / "x.cap"
+    existing.write_text("keep me")
+    one_line_error(run("record", "--lab", "-o", str(existing)), "exists")
+    assert existing.read_text() == "keep me"
+
+
+def test_probes_list_and_show():
+    res = run("probes", "list")
+    assert res.returncode == 0 and "txg" in res.stdout.split()
+    if os.path.exists("/usr/sbin/ztest"):
+        res = run("probes", "show", "txg", "--target", "libzpool")
+        assert res.returncode == 0 and "uretprobe:" in res.stdout
+
+
+def test_doctor_runs():
+    res = run("doctor")
+    assert "Traceback" not in res.stderr and "verdict:" in res.stdout
+    assert res.returncode in (0, 1)
