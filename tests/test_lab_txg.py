@@ -161,7 +161,7 @@ def test_report_and_replay_read_the_capture(run):
 
 
 def test_lab_files_are_removed(run):
-    lab_dirs = [d for d in os.listdir("/dev/shm") if d.startswith(f"zfsobs-lab-")]
+    lab_dirs = [d for d in os.listdir("/dev/shm") if d.startswith("zfsobs-lab-")]
     meta = read_capture(str(run["cap"])).meta
     assert os.path.basename(meta["lab"]["dir"]) not in lab_dirs
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import time
 
@@ -114,9 +113,8 @@ def main(argv: list[str] | None = None) -> int:
 def _dispatch(args) -> int:
     cmd = args.cmd
     if cmd == "record":
+        # with both a command and --duration, whichever ends first stops the recording
         args.command = [a for a in args.command if a != "--"] if args.command else []
-        if args.command and args.duration:
-            pass   # whichever ends first
         return _record(args)
     if cmd == "top":
         return _top(args)
@@ -181,20 +179,18 @@ def _replay(capture, args) -> int:
         from zfsobs.views.replay import run_replay
         run_replay(capture, Console(), args.speed)
         return 0
-    from zfsobs.events import Parser
+    from zfsobs.events import Parser, parse_all
     from zfsobs.views.lines import TxgLines
     lines = TxgLines(capture.meta)
-    parser = Parser()
-    for ev in sorted(filter(None, map(parser.parse, capture.lines)), key=lambda e: e.ts):
+    for ev in parse_all(capture.lines, Parser()):
         lines(ev)
     return 0
 
 
 def _lab(args) -> int:
     from zfsobs.lab import Lab
-    from zfsobs.session import Terminated, _raise_terminated
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _raise_terminated)
+    from zfsobs.session import Terminated, raise_on_termination
+    raise_on_termination()
     lab = Lab(duration=args.duration, options=args.option)
     try:
         lab.start()

@@ -40,6 +40,11 @@ def format_line(kind: str, ts: int, fields: dict) -> str:
     return " ".join(parts)
 
 
+def parse_all(lines, parser: "Parser") -> list[Event]:
+    """Every event of a capture, in time order (several bpftrace processes interleave)."""
+    return sorted(filter(None, map(parser.parse, lines)), key=lambda ev: ev.ts)
+
+
 def is_event_line(line: str) -> bool:
     """Meant as an event (possibly malformed), as opposed to other output of the tracer."""
     line = line.strip()

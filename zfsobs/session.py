@@ -27,6 +27,12 @@ def _raise_terminated(signum, frame):
     raise Terminated(signal.Signals(signum).name)
 
 
+def raise_on_termination() -> None:
+    """SIGTERM and SIGHUP raise Terminated, so `finally` blocks and context exits run."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_terminated)
+
+
 class Session:
     def __init__(self, args, probes=DEFAULT_PROBES):
         self.args = args
@@ -38,8 +44,7 @@ class Session:
         self.reason = ""
 
     def __enter__(self) -> "Session":
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, _raise_terminated)
+        raise_on_termination()
         try:
             self._open()
         except BaseException:

@@ -5,13 +5,14 @@ import math
 from typing import Sequence
 
 
+def _rank(ordered: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile of already sorted, non-empty values."""
+    return ordered[min(max(1, math.ceil(p / 100 * len(ordered))), len(ordered)) - 1]
+
+
 def percentile(values: Sequence[float], p: float) -> float | None:
     """Nearest-rank percentile (p in 0..100) of unsorted values; None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, math.ceil(p / 100 * len(ordered)))
-    return ordered[min(rank, len(ordered)) - 1]
+    return _rank(sorted(values), p) if values else None
 
 
 def summary(values: Sequence[float]) -> dict:
@@ -19,10 +20,5 @@ def summary(values: Sequence[float]) -> dict:
     if not values:
         return {"count": 0, "mean": None, "p50": None, "p95": None, "p99": None, "max": None}
     ordered = sorted(values)
-    n = len(ordered)
-
-    def rank(p):
-        return ordered[max(1, math.ceil(p / 100 * n)) - 1]
-
-    return {"count": n, "mean": sum(ordered) / n, "p50": rank(50), "p95": rank(95),
-            "p99": rank(99), "max": ordered[-1]}
+    return {"count": len(ordered), "mean": sum(ordered) / len(ordered), "p50": _rank(ordered, 50),
+            "p95": _rank(ordered, 95), "p99": _rank(ordered, 99), "max": ordered[-1]}

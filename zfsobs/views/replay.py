@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.live import Live
 
 from zfsobs.capture import Capture
-from zfsobs.events import Event, Parser
+from zfsobs.events import Event, Parser, parse_all
 from zfsobs.model import Model
 from zfsobs.views.keys import Keys
 from zfsobs.views.screen import render_screen
@@ -22,8 +22,7 @@ JUMP_NS = 10 * 10**9
 class Replayer:
     def __init__(self, capture: Capture, speed: float = 1.0):
         self.parser = Parser()
-        self.events: list[Event] = [ev for ev in map(self.parser.parse, capture.lines) if ev]
-        self.events.sort(key=lambda ev: ev.ts)     # several bpftrace processes interleave
+        self.events: list[Event] = parse_all(capture.lines, self.parser)
         self.start = self.events[0].ts if self.events else 0
         self.end = self.events[-1].ts if self.events else 0
         self.status = Status(capture.meta, mode="replay", malformed=self.parser.malformed,

@@ -7,7 +7,7 @@ import io
 import json
 
 from zfsobs.capture import Capture
-from zfsobs.events import Parser
+from zfsobs.events import Parser, parse_all
 from zfsobs.model import Model
 from zfsobs.views.units import ms, mib
 
@@ -17,7 +17,7 @@ SECTIONS = ("txgs",)
 def build(capture: Capture) -> tuple[Model, Parser]:
     parser = Parser()
     model = Model(keep=None)
-    for ev in sorted(filter(None, map(parser.parse, capture.lines)), key=lambda e: e.ts):
+    for ev in parse_all(capture.lines, parser):
         model.feed(ev)
     return model, parser
 
