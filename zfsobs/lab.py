@@ -11,7 +11,7 @@ import time
 
 from zfsobs.errors import ZfsobsError
 from zfsobs.procs import die_with_parent
-from zfsobs.targets import Target, libzpool
+from zfsobs.targets import Target, libzpool, linked_library
 
 ZTEST = "/usr/sbin/ztest"
 PREFIX = "zfsobs-lab-"
@@ -44,19 +44,6 @@ def _remove_stale(root: str) -> None:
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
         except (ValueError, PermissionError):
             continue
-
-
-def linked_library(program: str) -> str | None:
-    """The libzpool `program` loads (ldd), so the probes go where the lab's code runs."""
-    try:
-        out = subprocess.run(["ldd", program], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    for line in out.splitlines():
-        if "libzpool" in line and "=>" in line:
-            path = line.split("=>")[1].split("(")[0].strip()
-            return path or None
-    return None
 
 
 class Lab:

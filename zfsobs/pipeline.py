@@ -36,7 +36,7 @@ class Pipeline:
         ev = self.parser.parse(line)
         self.status.malformed = self.parser.malformed
         self.status.ignored = self.parser.ignored
-        if ev is not None and (self.pools or self.pool_prefixes) and not self._wanted(ev):
+        if ev is not None and not self._wanted(ev):
             return
         if self.capture is not None and is_event_line(line):
             self.capture.add(line)      # malformed ones too: replay must count what live counted
@@ -49,7 +49,7 @@ class Pipeline:
 
     def _wanted(self, ev: Event) -> bool:
         pool = ev.fields.get("pool")
-        if pool is None:
+        if pool is None or not (self.pools or self.pool_prefixes):
             return True
         pool = str(pool)
         return pool in self.pools or any(pool.startswith(p) for p in self.pool_prefixes)

@@ -112,6 +112,19 @@ def find_libraries() -> list[str]:
     return found
 
 
+def linked_library(program: str) -> str | None:
+    """The libzpool `program` loads (ldd), so the probes go where the lab's code runs."""
+    try:
+        out = subprocess.run(["ldd", program], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in out.splitlines():
+        if "libzpool" in line and "=>" in line:
+            path = line.split("=>")[1].split("(")[0].strip()
+            return path or None
+    return None
+
+
 def libzpool(path: str | None = None) -> Target:
     if path is None:
         libs = find_libraries()
