@@ -15,6 +15,9 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "hello": ("probe",),
     "txg": ("pool", "txg", "start", "sync_ns"),
     "lost": ("count",),
+    "zil": ("pool", "txg", "cpu"),
+    "zil_itx": ("pool", "txg", "cpu"),
+    "zil_lat": ("pool", "txg", "cpu", "seg"),
 }
 
 

@@ -5,15 +5,20 @@ A script in probes/linux/ is written once with placeholders:
   PROC                     the process key (pid for userland, 0 for the kernel)
   TARGET                   the target kind, for the hello line
   OFF(struct.field)        a struct offset for this build (probes/offsets.json)
+  NCPU                     the number of possible CPUs (per-CPU counters never race)
+  NAME;                    the lines between "// macro NAME" and "// end macro" (bpftrace 0.17
+                           has no functions; a flush is written once and used twice)
 A statement whose OFF() this build lacks is replaced by the statement after its
 "// without offsets:" comment (which makes the value read as unavailable, -1), or left out.
 A probe block on a function the target lacks is left out, unless the header lists it under
-"Requires:", which makes the whole script unavailable on that target.
+"Requires:", which makes the whole script unavailable on that target; so does an offset listed
+under "Requires offsets:" that this build lacks.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -25,6 +30,7 @@ from zfsobs.targets import Target
 _PROBE_RE = re.compile(r"\b(ENTRY|RETURN)\((\w+)\)")
 _OFF_RE = re.compile(r"\bOFF\(([\w.]+)\)")
 _FALLBACK = "// without offsets:"
+_MACRO_RE = re.compile(r"^// macro (\w+)\n(.*?)^// end macro\n", re.M | re.S)
 
 
 def probes_dir() -> Path:
@@ -55,8 +61,35 @@ def offsets_for(target: Target) -> dict[str, int]:
 
 
 def required_functions(text: str) -> list[str]:
-    match = re.search(r"^\s*\*\s*Requires:\s*(.+)$", text, re.M)
+    return _header_list(text, "Requires")
+
+
+def required_offsets(text: str) -> list[str]:
+    return _header_list(text, "Requires offsets")
+
+
+def _header_list(text: str, name: str) -> list[str]:
+    match = re.search(rf"^\s*\*\s*{name}:\s*(.+)$", text, re.M)
     return match.group(1).replace(",", " ").split() if match else []
+
+
+def possible_cpus() -> int:
+    """CPUs the kernel may ever bring up (per-CPU keys must cover hotplugged ones too)."""
+    try:
+        with open("/sys/devices/system/cpu/possible") as f:
+            return int(f.read().strip().split(",")[-1].split("-")[-1]) + 1
+    except (OSError, ValueError):
+        return os.cpu_count() or 1
+
+
+def _expand_macros(text: str) -> str:
+    macros = {m.group(1): m.group(2) for m in _MACRO_RE.finditer(text)}
+    text = _MACRO_RE.sub("", text)
+    for name, body in macros.items():
+        def expand(m, body=body):
+            return "".join(m.group(1) + line + "\n" for line in body.splitlines())
+        text = re.sub(rf"^(\s*){name};\n", expand, text, flags=re.M)
+    return text
 
 
 @dataclass
@@ -78,8 +111,13 @@ def render(name: str, target: Target) -> Rendered:
         raise ZfsobsError(f"probe {name}: function {', '.join(missing_required)} not in this ZFS build "
                           f"({target.name}); the metric cannot be traced here")
     offsets = offsets_for(target)
+    missing_offsets = [f for f in required_offsets(text) if f not in offsets]
+    if missing_offsets:
+        raise ZfsobsError(f"probe {name}: struct layout of {target.name} unknown "
+                          f"({', '.join(missing_offsets)}); the metric cannot be traced here")
+    ncpu = str(possible_cpus())
     out, dropped, attached = [], [], []
-    for block in _blocks(text):
+    for block in _blocks(_expand_macros(text)):
         probe = _PROBE_RE.search(block[0]) if block else None
         if probe and probe.group(2) not in have:
             dropped.append(f"function {probe.group(2)} absent")
@@ -101,6 +139,7 @@ def render(name: str, target: Target) -> Rendered:
             line = _OFF_RE.sub(lambda m: str(offsets[m.group(1)]), line)
             line = _PROBE_RE.sub(lambda m: (target.entry if m.group(1) == "ENTRY" else target.ret)(m.group(2)), line)
             line = re.sub(r"\bPROC\b", target.proc, line)
+            line = re.sub(r"\bNCPU\b", ncpu, line)
             line = re.sub(r"\bTARGET\b", target.kind, line)
             out.append(line)
     return Rendered(name, target, "\n".join(out) + "\n", digest, sorted(set(attached)), dropped)

@@ -68,6 +68,7 @@ class Session:
             target = resolve(args.target)
         self.source = BpftraceSource(target, self.probes, tunables)
         self.status = Status(self.source.meta)
+        self.status.warnings.extend(f"{name} unavailable: {why}" for name, why in self.source.unavailable.items())
         self.model = Model()
         # Probes first, then the workload, so the lab's first txgs are seen.
         self.stack.callback(self.source.close)

@@ -25,7 +25,8 @@ _LOST_RE = re.compile(r"^Lost (\d+) events")
 # bpftrace chatter on stderr that is not an error on these machines.
 _NOISE = ("couldn't set RLIMIT_MEMLOCK", "Error while reading traceable functions",
           "WARNING: ", "Attaching ")
-DEFAULT_PROBES = ("txg",)
+DEFAULT_PROBES = ("txg", "zil")
+REQUIRED_PROBES = ("txg",)     # the backbone; the others are left out where the target cannot give them
 START_TIMEOUT = 60.0
 
 
@@ -64,13 +65,22 @@ class BpftraceSource:
     def __init__(self, target: Target, probes=DEFAULT_PROBES, tunables: dict | None = None):
         self.target = target
         self.bpftrace = check_tracing()
-        self.rendered: list[Rendered] = [render(name, target) for name in probes]
+        self.rendered: list[Rendered] = []
+        self.unavailable: dict[str, str] = {}
+        for name in probes:
+            try:
+                self.rendered.append(render(name, target))
+            except ZfsobsError as exc:
+                if name in REQUIRED_PROBES:
+                    raise
+                self.unavailable[name] = str(exc)
         self.meta = {
             "zfsobs": __version__, "host": platform.node(), "kernel": platform.release(),
             "source": "bpftrace", "bpftrace": bpftrace_version(self.bpftrace),
             "target": target.describe(),
             "probes": {r.name: {"sha256": r.sha256, "functions": r.functions, "dropped": r.dropped}
                        for r in self.rendered},
+            "unavailable": dict(self.unavailable),
             "tunables": dict(tunables or {}),
             "start_wall_ns": time.time_ns(), "start_mono_ns": time.monotonic_ns(),
         }

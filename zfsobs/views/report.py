@@ -9,9 +9,10 @@ import json
 from zfsobs.capture import Capture
 from zfsobs.events import Parser, parse_all
 from zfsobs.model import Model
-from zfsobs.views.units import ms, mib
+from zfsobs.model.zil import lat_bounds
+from zfsobs.views.units import ms, mib, size
 
-SECTIONS = ("txgs",)
+SECTIONS = ("txgs", "zil")
 
 
 def build(capture: Capture) -> tuple[Model, Parser]:
@@ -30,7 +31,22 @@ def as_dict(capture: Capture) -> dict:
                 trailer=capture.trailer, warnings=capture.warnings)
     rows = [r.as_dict() for pool in sorted(model.txg.pools) for r in model.txg.pools[pool].rows]
     summary = {pool: model.txg.stats(pool, list(model.txg.pools[pool].rows)) for pool in sorted(model.txg.pools)}
-    return {"meta": meta, "txgs": rows, "summary": {"txg": summary}}
+    zil = model.zil
+    zil_rows = [zil.pools[p].rows[t] for p in sorted(zil.pools) for t in sorted(zil.pools[p].rows)]
+    zil_summary = {}
+    for pool in sorted(zil.pools):
+        st = zil.stats(pool, list(zil.pools[pool].rows.values()))
+        st["lat_hist"] = [{"low_ns": lat_bounds(i)[0], "high_ns": _finite(lat_bounds(i)[1]), "count": n}
+                          for i, n in enumerate(st["lat_hist"]) if n]
+        span = zil.pools[pool].flow
+        st["max_rate_nused"] = zil.pools[pool].max_rate(span[0][0] - 1, span[-1][0]) if span else 0.0
+        zil_summary[pool] = st
+    return {"meta": meta, "txgs": rows, "zil": [r.as_dict() for r in zil_rows],
+            "summary": {"txg": summary, "zil": zil_summary}}
+
+
+def _finite(x: float):
+    return None if x == float("inf") else int(x)
 
 
 def render(capture: Capture, fmt: str, section: str = "txgs") -> str:
@@ -68,4 +84,14 @@ def _text(data: dict) -> str:
                      + f"   {mib(d['mean'])}/{mib(d['max'])}")
     if not data["summary"]["txg"]:
         lines.append("(no txg synced in this capture)")
+    lines.append("")
+    lines.append("ZIL                 txgs  commits  lat mean/p50/p99/max ms          itxs  lwbs     N-Bytes     "
+                 "B-Bytes  <=4kB 4-32kB >=32kB")
+    for pool, st in data["summary"]["zil"].items():
+        lat = "/".join(ms(st[k], 3) for k in ("lat_mean_ns", "lat_p50_ns", "lat_p99_ns", "lat_max_ns"))
+        lines.append(f"{pool:<18} {st['txgs']:>5} {st['commits']:>8}  {lat:<30} {st['itxs']:>6} {st['lwbs']:>5} "
+                     f"{size(st['nused']):>11} {size(st['size']):>11} {st['lwb_le4k']:>6} {st['lwb_4to32k']:>6} "
+                     f"{st['lwb_ge32k']:>6}")
+    if not data["summary"]["zil"]:
+        lines.append("(no ZIL activity in this capture)")
     return "\n".join(lines) + "\n"

@@ -1,0 +1,196 @@
+"""ZIL activity per pool and txg (docs/zil.md), from the zil probe's per-CPU cumulative lines.
+
+A (pool, txg) row is the sum over CPUs of each CPU's latest line, so a refresh (final=0) and
+the final line (final=1) never double count. The same deltas feed a per-pool time series for
+rates (bytes/s, the max 1-second rate) in live views and zilstat's interval mode.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from zfsobs.events import Event
+
+COUNTERS = ("commits", "lat_ns", "itxs", "itx_bytes", "writes", "write_bytes", "copied", "copied_bytes",
+            "needcopy", "needcopy_bytes", "indirect", "indirect_bytes", "lwbs", "nused", "size",
+            "lwb_le4k", "lwb_4to32k", "lwb_ge32k")
+ITX_TYPES = 26           # tx0..tx24 and txother
+LAT_BUCKETS = 50         # two zil_lat segments of 25
+SEGMENT = 25
+FLOW_KEEP_NS = 600 * 10**9
+KEEP = 5000              # rows kept per pool in live/replay (report keeps all)
+
+TX_NAMES = ("commit", "create", "mkdir", "mkxattr", "symlink", "remove", "rmdir", "link", "rename",
+            "write", "truncate", "setattr", "acl_v0", "acl", "create_acl", "create_attr",
+            "create_acl_attr", "mkdir_acl", "mkdir_attr", "mkdir_acl_attr", "write2", "setsaxattr",
+            "rename_exchange", "rename_whiteout", "clone_range", "other")
+
+
+def size_bin(lwb_size: int) -> str:
+    """zilstat's log block size classes, as the probe counts them."""
+    if lwb_size <= 4096:
+        return "lwb_le4k"
+    return "lwb_4to32k" if lwb_size < 32768 else "lwb_ge32k"
+
+
+def lat_bucket(ns: int) -> int:
+    """The probe's latency bucket: 0 below 1024 ns, then two per power of two."""
+    if ns < 1024:
+        return 0
+    e = ns.bit_length() - 1
+    return min(LAT_BUCKETS - 1, 1 + (e - 10) * 2 + ((ns >> (e - 1)) & 1))
+
+
+def lat_bounds(i: int) -> tuple[int, float]:
+    """[low, high) of latency bucket i in ns (the last bucket is open ended)."""
+    if i == 0:
+        return 0, 1024
+    e, upper_half = 10 + (i - 1) // 2, (i - 1) % 2
+    low = (1 << e) + upper_half * (1 << (e - 1))
+    high = float("inf") if i == LAT_BUCKETS - 1 else low + (1 << (e - 1))
+    return low, high
+
+
+def lat_quantile(hist: list[int], q: float, exact_max: int | None = None) -> int | None:
+    """Nearest-rank quantile as its bucket's upper bound, capped at the exact maximum."""
+    total = sum(hist)
+    if not total:
+        return None
+    rank = max(1, math.ceil(q * total - 1e-9))
+    seen = 0
+    for i, n in enumerate(hist):
+        seen += n
+        if seen >= rank:
+            high = lat_bounds(i)[1]
+            if exact_max is not None:
+                return int(min(high, exact_max))
+            return None if high == float("inf") else int(high)
+    return exact_max
+
+
+@dataclass(slots=True)
+class ZilRow:
+    pool: str
+    pid: int
+    txg: int
+    first_ts: int
+    last_ts: int = 0
+    final: bool = False
+    counts: Counter = field(default_factory=Counter)
+    lat_max_ns: int = 0
+    itx_types: list = field(default_factory=lambda: [0] * ITX_TYPES)
+    lat_hist: list = field(default_factory=lambda: [0] * LAT_BUCKETS)
+    _parts: dict = field(default_factory=dict)      # (kind, cpu, seg) -> that CPU's latest values
+
+    def as_dict(self) -> dict:
+        out = {"pool": self.pool, "pid": self.pid, "txg": self.txg, "final": self.final}
+        out.update({name: self.counts[name] for name in COUNTERS})
+        out["lat_max_ns"] = self.lat_max_ns
+        for q, name in ((0.5, "lat_p50_ns"), (0.99, "lat_p99_ns")):
+            out[name] = lat_quantile(self.lat_hist, q, self.lat_max_ns)
+        out.update({f"tx_{n}": c for n, c in zip(TX_NAMES, self.itx_types)})
+        return out
+
+
+class PoolZil:
+    def __init__(self, keep: int | None):
+        self.rows: dict[int, ZilRow] = {}
+        self.order: deque[int] = deque()
+        self.keep = keep
+        self.totals: Counter = Counter()
+        self.itx_types = [0] * ITX_TYPES
+        self.lat_hist = [0] * LAT_BUCKETS
+        self.lat_max_ns = 0
+        self.flow: deque[tuple[int, Counter]] = deque()   # (ts, deltas) for rates
+
+    def row(self, ev: Event) -> ZilRow:
+        txg = int(ev.fields["txg"])
+        row = self.rows.get(txg)
+        if row is None:
+            row = self.rows[txg] = ZilRow(str(ev.fields["pool"]), int(ev.get("pid", 0)), txg, ev.ts)
+            self.order.append(txg)
+            while self.keep is not None and len(self.order) > self.keep:
+                self.rows.pop(self.order.popleft(), None)
+        row.last_ts = max(row.last_ts, ev.ts)
+        row.final = row.final or ev.get("final") == 1
+        return row
+
+    def window(self, since_ns: int) -> list[ZilRow]:
+        return [self.rows[t] for t in self.order if t in self.rows and self.rows[t].last_ts >= since_ns]
+
+    def bytes_between(self, start_ns: int, end_ns: int, name: str = "nused") -> int:
+        return sum(d[name] for ts, d in self.flow if start_ns < ts <= end_ns)
+
+    def max_rate(self, start_ns: int, end_ns: int, name: str = "nused") -> float:
+        """The busiest whole second inside (start, end]: zilstat's Max-Rate."""
+        per_second: Counter = Counter()
+        for ts, d in self.flow:
+            if start_ns < ts <= end_ns:
+                per_second[(ts - start_ns) // 10**9] += d[name]
+        return float(max(per_second.values(), default=0))
+
+
+class ZilModel:
+    kinds = ("zil", "zil_itx", "zil_lat")
+
+    def __init__(self, keep: int | None = KEEP):
+        self.keep = keep
+        self.pools: dict[str, PoolZil] = {}
+
+    def feed(self, ev: Event) -> None:
+        f = ev.fields
+        pool = str(f["pool"])
+        state = self.pools.get(pool)
+        if state is None:
+            state = self.pools[pool] = PoolZil(self.keep)
+        row = state.row(ev)
+        cpu = int(f["cpu"])
+        if ev.kind == "zil":
+            new = [int(f.get(n) or 0) for n in COUNTERS]
+            old = row._parts.get(("zil", cpu, 0), [0] * len(COUNTERS))
+            row._parts[("zil", cpu, 0)] = new
+            delta = Counter({n: b - a for n, a, b in zip(COUNTERS, old, new) if b != a})
+            row.counts.update(delta)
+            state.totals.update(delta)
+            lat_max = int(f.get("lat_max_ns") or 0)
+            row.lat_max_ns = max(row.lat_max_ns, lat_max)
+            state.lat_max_ns = max(state.lat_max_ns, lat_max)
+            if delta:
+                state.flow.append((ev.ts, delta))
+                while state.flow and ev.ts - state.flow[0][0] > FLOW_KEEP_NS:
+                    state.flow.popleft()
+        elif ev.kind == "zil_itx":
+            new = [int(f.get(f"tx{i}") or 0) for i in range(ITX_TYPES - 1)] + [int(f.get("txother") or 0)]
+            self._merge(row, state, ("itx", cpu, 0), new, "itx_types", 0)
+        else:
+            seg = int(f.get("seg") or 0)
+            new = [int(f.get(f"b{i}") or 0) for i in range(SEGMENT)]
+            self._merge(row, state, ("lat", cpu, seg), new, "lat_hist", seg * SEGMENT)
+
+    @staticmethod
+    def _merge(row: ZilRow, state: PoolZil, key, new: list[int], attr: str, base: int) -> None:
+        old = row._parts.get(key, [0] * len(new))
+        row._parts[key] = new
+        mine, total = getattr(row, attr), getattr(state, attr)
+        for i, (a, b) in enumerate(zip(old, new)):
+            if a != b:
+                mine[base + i] += b - a
+                total[base + i] += b - a
+
+    def stats(self, pool: str, rows: list[ZilRow]) -> dict:
+        """Totals and commit latency over `rows` (one pool)."""
+        counts: Counter = Counter()
+        hist = [0] * LAT_BUCKETS
+        lat_max = 0
+        for r in rows:
+            counts.update(r.counts)
+            hist = [a + b for a, b in zip(hist, r.lat_hist)]
+            lat_max = max(lat_max, r.lat_max_ns)
+        commits = counts["commits"]
+        return {
+            "pool": pool, "txgs": len(rows), **{n: counts[n] for n in COUNTERS},
+            "lat_mean_ns": counts["lat_ns"] // commits if commits else None,
+            "lat_p50_ns": lat_quantile(hist, 0.5, lat_max), "lat_p99_ns": lat_quantile(hist, 0.99, lat_max),
+            "lat_max_ns": lat_max if commits else None, "lat_hist": hist,
+        }

@@ -1,0 +1,78 @@
+"""The ZIL panel: per pool, commits and commit latency over the last minute with a small latency
+histogram, log bytes/s now and its max 1-second rate, and the latest txgs with ZIL activity
+joined with their sync time from the txg panel."""
+from __future__ import annotations
+
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from zfsobs.model import Model
+from zfsobs.model.zil import lat_bounds
+from zfsobs.views.units import ms, size, sparkline
+
+WINDOW_NS = 60 * 10**9
+RATE_NS = 5 * 10**9
+COLUMNS = ("txg", "sync ms", "commits", "lat p50 ms", "lat max ms", "itxs", "write KiB", "lwbs",
+           "N-Bytes", "B-Bytes", "<=4kB", "4-32kB", ">=32kB")
+
+
+def render_zil(model: Model, rows_per_pool: int, now_ns: int | None) -> Panel:
+    zil = model.zil
+    if not zil.pools:
+        note = "no ZIL activity yet (commits come from fsync, O_SYNC, sync=always)"
+        return Panel(Text(note, style="dim"), title="ZIL", title_align="left")
+    now = now_ns if now_ns is not None else model.last_ts or 0
+    parts = []
+    for pool in sorted(zil.pools):
+        parts.extend(_pool(model, pool, rows_per_pool, now))
+    return Panel(Group(*parts), title="ZIL (per txg open when it happened)", title_align="left")
+
+
+def _pool(model: Model, pool: str, nrows: int, now: int) -> list:
+    state = model.zil.pools[pool]
+    window = state.window(now - WINDOW_NS)
+    st = model.zil.stats(pool, window)
+    rate = state.bytes_between(now - RATE_NS, now) / (RATE_NS / 1e9)
+    top = state.max_rate(now - WINDOW_NS, now)
+    line = Text.assemble(
+        (pool, "bold"), f"  last 60 s: {st['commits']} commits  latency ms p50 ≤{ms(st['lat_p50_ns'], 3)}"
+        f"  p99 ≤{ms(st['lat_p99_ns'], 3)}  max {ms(st['lat_max_ns'], 3)}   "
+        f"N-Bytes/s {size(int(rate))}  max {size(int(top))}/s   lwbs {st['lwbs']}  itxs {st['itxs']}")
+    parts = [line]
+    hist = _histogram(st["lat_hist"])
+    if hist is not None:
+        parts.append(hist)
+    syncs = {r.txg: r.sync_ns for r in model.txg.pools[pool].window()} if pool in model.txg.pools else {}
+    table = Table(expand=True, box=None, padding=(0, 1), header_style="bold")
+    for name in COLUMNS:
+        table.add_column(name, justify="right", no_wrap=True)
+    for r in window[-nrows:][::-1]:
+        c = r.counts
+        d = r.as_dict()
+        table.add_row(str(r.txg) + ("" if r.final else "*"), ms(syncs.get(r.txg)), str(c["commits"]),
+                      ms(d["lat_p50_ns"], 3), ms(r.lat_max_ns if c["commits"] else None, 3), str(c["itxs"]),
+                      f"{c['write_bytes'] / 1024:.1f}", str(c["lwbs"]), str(c["nused"]), str(c["size"]),
+                      str(c["lwb_le4k"]), str(c["lwb_4to32k"]), str(c["lwb_ge32k"]))
+    parts.append(table)
+    return parts
+
+
+def _histogram(hist: list[int]) -> Text | None:
+    """Commit latency as one sparkline over the occupied bucket range, labelled at both ends."""
+    used = [i for i, n in enumerate(hist) if n]
+    if not used:
+        return None
+    lo, hi = used[0], used[-1]
+    return Text.assemble(("commit latency ", "dim"), (f"{_label(lat_bounds(lo)[0])} ", "dim"),
+                         (sparkline(hist[lo:hi + 1], 60), "magenta"),
+                         (f" {_label(lat_bounds(hi)[1])}", "dim"))
+
+
+def _label(ns: float) -> str:
+    if ns == float("inf"):
+        return "∞"
+    if ns < 1e6:
+        return f"{ns / 1e3:.0f}µs"
+    return f"{ns / 1e6:.1f}ms" if ns < 1e9 else f"{ns / 1e9:.1f}s"
