@@ -28,6 +28,9 @@ def _target_args(p: argparse.ArgumentParser) -> None:
                        help="kernel | libzpool | libzpool:PATH | PATH (default: kernel if loaded)")
     p.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE",
                    help="with --lab: a ZFS tunable for the lab's ztest (repeatable)")
+    p.add_argument("--lab-time", type=_positive, metavar="S",
+                   help="with --lab: ztest runs S seconds and ends by itself, which ends the session "
+                        "(a clean end: every commit and txg in flight completes)")
     p.add_argument("-p", "--pool", action="append", default=[], metavar="POOL",
                    help="only this pool (repeatable; default: all pools)")
 
@@ -52,6 +55,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="overwrite an existing FILE")
     p.add_argument("--duration", type=_positive, metavar="S", help="stop after S seconds")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ...: record until CMD exits")
+
+    p = sub.add_parser("zilstat", help="ZIL traffic in zilstat's columns, per interval or per txg")
+    _target_args(p)
+    p.add_argument("-t", dest="timestamps", action="store_true", help="print a time column")
+    p.add_argument("-M", dest="megabytes", action="store_true", help="MB (10^6 bytes) instead of bytes")
+    p.add_argument("-l", dest="linecount", type=int, default=0, metavar="N", help="repeat the header every N lines")
+    p.add_argument("--record", metavar="FILE", help="also record the stream to FILE")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --record FILE")
+    p.add_argument("interval", nargs="?", default="1", help="seconds, or 'txg' for one line per txg (default 1)")
+    p.add_argument("count", nargs="?", type=int, help="stop after COUNT lines")
 
     p = sub.add_parser("replay", help="replay a capture through the live view")
     p.add_argument("file")
@@ -118,6 +131,8 @@ def _dispatch(args) -> int:
         return _record(args)
     if cmd == "top":
         return _top(args)
+    if cmd == "zilstat":
+        return _zilstat(args)
     if cmd in ("replay", "report"):
         from zfsobs.capture import read_capture
         capture = read_capture(args.file)
@@ -155,6 +170,32 @@ def _top(args) -> int:
     if session.reason and session.reason not in ("quit", "duration reached") and not session.reason.startswith("interrupted"):
         print(f"zfsobs: stopped: {session.reason}", file=sys.stderr)
     return 0
+
+
+def _zilstat(args) -> int:
+    from zfsobs.session import Session
+    from zfsobs.views.zilstat import Zilstat
+    interval = None if args.interval == "txg" else _positive_or_error(args.interval)
+    if args.count is not None and args.count < 1:
+        raise ZfsobsError(f"count must be >= 1: {args.count}")
+    args.duration = None
+    with Session(args) as session:
+        zs = Zilstat(session.model, session.source.meta, interval, args.count, args.timestamps,
+                     args.megabytes, pool_column=len(args.pool) != 1, header_every=args.linecount)
+        session.pipeline.listeners.append(zs.on_event)
+        session.run(on_tick=zs.on_tick, tick=0.2)
+        if not session.reason.startswith(("interrupted", "terminated")):
+            zs.finish()
+    if session.reason not in ("quit", "") and not session.reason.startswith("interrupted"):
+        print(f"zfsobs: stopped: {session.reason}", file=sys.stderr)
+    return 0
+
+
+def _positive_or_error(text: str) -> float:
+    try:
+        return _positive(text)
+    except argparse.ArgumentTypeError as exc:
+        raise ZfsobsError(f"interval: {exc} (seconds, or 'txg')") from None
 
 
 def _record(args) -> int:

@@ -80,7 +80,7 @@ class Lab:
         # ztest -o dlopen()s "libzpool.so", which Debian ships only as libzpool.so.N: give it one.
         os.symlink(self.target.path, os.path.join(libdir, "libzpool.so"))
         env = dict(os.environ, LD_LIBRARY_PATH=libdir)
-        run_time = int(self.duration) + 1 if self.duration else 10 * 365 * 86400
+        run_time = max(1, round(self.duration)) if self.duration else 10 * 365 * 86400
         cmd = [ZTEST, "-T", str(run_time), "-P", str(PASS_SECONDS), "-k", "0",
                "-s", VDEV_SIZE, "-f", vdevs, "-p", self.pool]
         for opt in self.options:

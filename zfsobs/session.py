@@ -58,12 +58,12 @@ class Session:
         if getattr(args, "record", None) and os.path.exists(args.record) and not args.force:
             raise ZfsobsError(f"{args.record}: exists; choose another name or pass --force")
         if getattr(args, "lab", False):
-            self.lab = Lab(duration=None, options=args.option)
+            self.lab = Lab(duration=getattr(args, "lab_time", None), options=args.option)
             target = self.lab.target
             tunables = self.lab.tunables
         else:
-            if getattr(args, "option", None):
-                raise ZfsobsError("-o NAME=VALUE sets tunables of the lab only (use --lab); "
+            if getattr(args, "option", None) or getattr(args, "lab_time", None):
+                raise ZfsobsError("-o NAME=VALUE and --lab-time are for the lab only (use --lab); "
                                   "zfsobs never writes tunables of a real system")
             target = resolve(args.target)
         self.source = BpftraceSource(target, self.probes, tunables)

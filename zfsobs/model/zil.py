@@ -1,7 +1,9 @@
 """ZIL activity per pool and txg (docs/zil.md), from the zil probe's per-CPU cumulative lines.
 
-A (pool, txg) row is the sum over CPUs of each CPU's latest line, so a refresh (final=0) and
-the final line (final=1) never double count. The same deltas feed a per-pool time series for
+A (pool, pid, txg) row is the sum over CPUs of each CPU's latest line, so a refresh (final=0) and
+the final line (final=1) never double count. Lines of one flush share a timestamp; a line for a
+row that was already final comes from another incarnation of the pool that reached the same txg
+number again (ztest re-imports pools), and starts a new row. The same deltas feed a per-pool time series for
 rates (bytes/s, the max 1-second rate) in live views and zilstat's interval mode.
 """
 from __future__ import annotations
@@ -20,6 +22,7 @@ LAT_BUCKETS = 50         # two zil_lat segments of 25
 SEGMENT = 25
 FLOW_KEEP_NS = 600 * 10**9
 KEEP = 5000              # rows kept per pool in live/replay (report keeps all)
+SAME_SYNC_NS = 50 * 10**6   # the zil and txg probes see one spa_sync entry within microseconds
 
 TX_NAMES = ("commit", "create", "mkdir", "mkxattr", "symlink", "remove", "rmdir", "link", "rename",
             "write", "truncate", "setattr", "acl_v0", "acl", "create_acl", "create_attr",
@@ -95,8 +98,8 @@ class ZilRow:
 
 class PoolZil:
     def __init__(self, keep: int | None):
-        self.rows: dict[int, ZilRow] = {}
-        self.order: deque[int] = deque()
+        self.rows: dict[tuple[int, int], ZilRow] = {}     # (pid, txg) -> its latest row
+        self.order: deque[ZilRow] = deque()
         self.keep = keep
         self.totals: Counter = Counter()
         self.itx_types = [0] * ITX_TYPES
@@ -105,19 +108,30 @@ class PoolZil:
         self.flow: deque[tuple[int, Counter]] = deque()   # (ts, deltas) for rates
 
     def row(self, ev: Event) -> ZilRow:
-        txg = int(ev.fields["txg"])
-        row = self.rows.get(txg)
-        if row is None:
-            row = self.rows[txg] = ZilRow(str(ev.fields["pool"]), int(ev.get("pid", 0)), txg, ev.ts)
-            self.order.append(txg)
+        key = (int(ev.get("pid", 0)), int(ev.fields["txg"]))
+        row = self.rows.get(key)
+        if row is None or (row.final and ev.ts != row.last_ts):
+            row = self.rows[key] = ZilRow(str(ev.fields["pool"]), key[0], key[1], ev.ts)
+            self.order.append(row)
             while self.keep is not None and len(self.order) > self.keep:
-                self.rows.pop(self.order.popleft(), None)
+                old = self.order.popleft()
+                if self.rows.get((old.pid, old.txg)) is old:
+                    del self.rows[(old.pid, old.txg)]
         row.last_ts = max(row.last_ts, ev.ts)
         row.final = row.final or ev.get("final") == 1
         return row
 
+    def at_sync(self, pid: int, txg: int, sync_start_ns: int) -> ZilRow | None:
+        """The row whose final flush came from this sync (spa_sync entry, seen by both probes)."""
+        for row in reversed(self.order):
+            if row.pid == pid and row.txg == txg and row.final and abs(row.last_ts - sync_start_ns) < SAME_SYNC_NS:
+                return row
+            if row.last_ts < sync_start_ns - 60 * 10**9:
+                return None
+        return None
+
     def window(self, since_ns: int) -> list[ZilRow]:
-        return [self.rows[t] for t in self.order if t in self.rows and self.rows[t].last_ts >= since_ns]
+        return [r for r in self.order if r.last_ts >= since_ns]
 
     def bytes_between(self, start_ns: int, end_ns: int, name: str = "nused") -> int:
         return sum(d[name] for ts, d in self.flow if start_ns < ts <= end_ns)

@@ -32,10 +32,10 @@ def as_dict(capture: Capture) -> dict:
     rows = [r.as_dict() for pool in sorted(model.txg.pools) for r in model.txg.pools[pool].rows]
     summary = {pool: model.txg.stats(pool, list(model.txg.pools[pool].rows)) for pool in sorted(model.txg.pools)}
     zil = model.zil
-    zil_rows = [zil.pools[p].rows[t] for p in sorted(zil.pools) for t in sorted(zil.pools[p].rows)]
+    zil_rows = [r for p in sorted(zil.pools) for r in zil.pools[p].order]
     zil_summary = {}
     for pool in sorted(zil.pools):
-        st = zil.stats(pool, list(zil.pools[pool].rows.values()))
+        st = zil.stats(pool, list(zil.pools[pool].order))
         st["lat_hist"] = [{"low_ns": lat_bounds(i)[0], "high_ns": _finite(lat_bounds(i)[1]), "count": n}
                           for i, n in enumerate(st["lat_hist"]) if n]
         span = zil.pools[pool].flow

@@ -44,14 +44,15 @@ def _pool(model: Model, pool: str, nrows: int, now: int) -> list:
     hist = _histogram(st["lat_hist"])
     if hist is not None:
         parts.append(hist)
-    syncs = {r.txg: r.sync_ns for r in model.txg.pools[pool].window()} if pool in model.txg.pools else {}
+    txgs = model.txg.pools.get(pool)
+    syncs = {(r.pid, r.txg): r.sync_ns for r in txgs.window()} if txgs else {}
     table = Table(expand=True, box=None, padding=(0, 1), header_style="bold")
     for name in COLUMNS:
         table.add_column(name, justify="right", no_wrap=True)
     for r in window[-nrows:][::-1]:
         c = r.counts
         d = r.as_dict()
-        table.add_row(str(r.txg) + ("" if r.final else "*"), ms(syncs.get(r.txg)), str(c["commits"]),
+        table.add_row(str(r.txg) + ("" if r.final else "*"), ms(syncs.get((r.pid, r.txg))), str(c["commits"]),
                       ms(d["lat_p50_ns"], 3), ms(r.lat_max_ns if c["commits"] else None, 3), str(c["itxs"]),
                       f"{c['write_bytes'] / 1024:.1f}", str(c["lwbs"]), str(c["nused"]), str(c["size"]),
                       str(c["lwb_le4k"]), str(c["lwb_4to32k"]), str(c["lwb_ge32k"]))
