@@ -12,7 +12,7 @@ DATA = os.path.join(os.path.dirname(__file__), "data")
 
 
 def recorded_capture() -> str:
-    paths = sorted(glob.glob(os.path.join(DATA, "lab-txg-*.cap")))
+    paths = sorted(glob.glob(os.path.join(DATA, "lab-*.cap")))
     assert paths, "tests/data has no recorded capture; run ./scripts/record-fixtures"
     return paths[-1]
 

@@ -82,3 +82,29 @@ def test_a_missing_required_function_is_a_clear_error():
 def test_unknown_probe_name():
     with pytest.raises(ZfsobsError, match="no probe script 'nope'"):
         source("nope")
+
+
+ZIL_FUNCS = {"zil_commit_impl", "zil_itx_assign", "zil_lwb_add_block", "spa_sync"}
+
+
+@pytest.mark.skipif(not find_libraries(), reason="needs an installed libzpool")
+def test_zil_rendering_expands_its_flush_twice_and_compiles(tmp_path):
+    r = render("zil", libzpool())
+    code = "\n".join(code_lines(r.text))
+    assert set(r.functions) == ZIL_FUNCS and r.dropped == []
+    assert "FLUSH" not in code and "NCPU" not in code and "macro" not in r.text
+    assert code.count('printf("zfsobs 1 zil %llu') == 2        # the macro, once per flush site
+    assert re.search(r"while \(\$c < \d+\)", code)
+    assert "+ 144)" in code and "+ 148)" in code             # lwb_nused / lwb_sz of 2.1.11
+    assert not any(PLACEHOLDER.search(l) for l in code_lines(r.text))
+    compiles(r.text, tmp_path)
+
+
+def test_zil_without_the_struct_layout_is_unavailable_not_fatal():
+    with pytest.raises(ZfsobsError, match="struct layout of kernel 2.1.11 unknown"):
+        render("zil", kernel_target(ZIL_FUNCS))
+    if not shutil.which("bpftrace") or os.geteuid() != 0:
+        pytest.skip("the source checks for root and bpftrace")
+    from zfsobs.source import BpftraceSource
+    src = BpftraceSource(kernel_target(TXG_FUNCS | ZIL_FUNCS), ("txg", "zil"))
+    assert [r.name for r in src.rendered] == ["txg"] and "zil" in src.meta["unavailable"]

@@ -28,6 +28,8 @@ def _target_args(p: argparse.ArgumentParser) -> None:
                        help="kernel | libzpool | libzpool:PATH | PATH (default: kernel if loaded)")
     p.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE",
                    help="with --lab: a ZFS tunable for the lab's ztest (repeatable)")
+    p.add_argument("--workload", default="default", metavar="W",
+                   help="with --lab: default, or zil (one dataset, 16 KiB log blocks: a busier ZIL)")
     p.add_argument("--lab-time", type=_positive, metavar="S",
                    help="with --lab: ztest runs S seconds and ends by itself, which ends the session "
                         "(a clean end: every commit and txg in flight completes)")
@@ -77,6 +79,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("lab", help="run the userland ZFS lab (ztest) in the foreground")
     p.add_argument("--duration", type=_positive, metavar="S", help="stop after S seconds")
+    p.add_argument("--workload", default="default", metavar="W", help="default, or zil (a busier ZIL)")
     p.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE")
 
     p = sub.add_parser("probes", help="list probe scripts, or show one rendered for a target")
@@ -232,7 +235,7 @@ def _lab(args) -> int:
     from zfsobs.lab import Lab
     from zfsobs.session import Terminated, raise_on_termination
     raise_on_termination()
-    lab = Lab(duration=args.duration, options=args.option)
+    lab = Lab(duration=args.duration, options=args.option, preset=args.workload)
     try:
         lab.start()
         print(f"zfsobs: lab running: ztest pid {lab.proc.pid} on {lab.target.name}, files in {lab.dir}"

@@ -18,6 +18,15 @@ PREFIX = "zfsobs-lab-"
 # Sizes for a 2-core, 24 GiB machine: 5 vdevs of 64 MiB grow to ~1 GiB of files in a 30 s run.
 VDEV_SIZE = "64M"
 PASS_SECONDS = 60
+# Workloads. ztest runs zil_commit at most ~10 times a second per process (ztest_zil_commit's
+# zopt_incessant interval in a call state all its threads share), and one ztest already uses both
+# cores here, so more processes do not add commits. "zil" makes each commit carry more instead:
+# one dataset (-d 1) puts every thread's itxs into one zilog (~2x log bytes per commit) and
+# 16 KiB log blocks (zil_maxblocksize) split them into ~2x the lwb writes. docs/lab.md.
+PRESETS: dict[str, tuple[list[str], list[str]]] = {
+    "default": ([], []),
+    "zil": (["-d", "1"], ["zil_maxblocksize=16384"]),
+}
 
 
 def _workroot() -> str:
@@ -48,12 +57,17 @@ def _remove_stale(root: str) -> None:
 
 class Lab:
     def __init__(self, duration: float | None = None, options: list[str] | None = None,
-                 library: str | None = None):
+                 library: str | None = None, preset: str = "default"):
         if not os.path.exists(ZTEST):
             raise ZfsobsError(f"{ZTEST} not found: the lab needs ztest (package zfs-test); run ./scripts/setup")
         self.target: Target = libzpool(library or linked_library(ZTEST))
         self.duration = duration
-        self.options = list(options or [])
+        if preset not in PRESETS:
+            raise ZfsobsError(f"no lab workload {preset!r} (have: {', '.join(PRESETS)})")
+        self.preset = preset
+        self.args, preset_options = PRESETS[preset]
+        given = {o.partition("=")[0] for o in options or []}
+        self.options = [o for o in preset_options if o.partition("=")[0] not in given] + list(options or [])
         for opt in self.options:
             name, sep, value = opt.partition("=")
             if not sep or not name or not value.isdigit():
@@ -82,7 +96,7 @@ class Lab:
         env = dict(os.environ, LD_LIBRARY_PATH=libdir)
         run_time = max(1, round(self.duration)) if self.duration else 10 * 365 * 86400
         cmd = [ZTEST, "-T", str(run_time), "-P", str(PASS_SECONDS), "-k", "0",
-               "-s", VDEV_SIZE, "-f", vdevs, "-p", self.pool]
+               "-s", VDEV_SIZE, "-f", vdevs, "-p", self.pool] + self.args
         for opt in self.options:
             cmd += ["-o", opt]
         self.log = open(os.path.join(self.dir, "ztest.log"), "wb")

@@ -58,12 +58,14 @@ class Session:
         if getattr(args, "record", None) and os.path.exists(args.record) and not args.force:
             raise ZfsobsError(f"{args.record}: exists; choose another name or pass --force")
         if getattr(args, "lab", False):
-            self.lab = Lab(duration=getattr(args, "lab_time", None), options=args.option)
+            self.lab = Lab(duration=getattr(args, "lab_time", None), options=args.option,
+                           preset=getattr(args, "workload", "default"))
             target = self.lab.target
             tunables = self.lab.tunables
         else:
-            if getattr(args, "option", None) or getattr(args, "lab_time", None):
-                raise ZfsobsError("-o NAME=VALUE and --lab-time are for the lab only (use --lab); "
+            if getattr(args, "option", None) or getattr(args, "lab_time", None) or \
+                    getattr(args, "workload", "default") != "default":
+                raise ZfsobsError("-o NAME=VALUE, --workload and --lab-time are for the lab only (use --lab); "
                                   "zfsobs never writes tunables of a real system")
             target = resolve(args.target)
         self.source = BpftraceSource(target, self.probes, tunables)
@@ -78,7 +80,8 @@ class Session:
             self.stack.callback(self.lab.stop)
             self.lab.start()
             self.source.meta["lab"] = {"dir": self.lab.dir, "pid": self.lab.proc.pid,
-                                       "pool": self.lab.pool, "options": self.lab.options}
+                                       "pool": self.lab.pool, "options": self.lab.options,
+                                       "workload": self.lab.preset, "ztest_args": self.lab.args}
         pools = tuple(getattr(args, "pool", None) or ())
         prefixes = (self.lab.pool,) if self.lab else ()
         self.source.meta["pools"] = list(pools + prefixes)
