@@ -42,6 +42,10 @@ def test_bad_arguments():
     one_line_error(run("probes", "show", "nope"), "no probe script 'nope'")
     one_line_error(run("probes", "show", "txg", "--target", "/no/such/lib.so"), "no such library")
     one_line_error(run("probes", "show", "txg", "--target", "solaris"), "unknown target")
+    one_line_error(run("zilstat", "often"), "interval: not a number")
+    one_line_error(run("zilstat", "1", "0"), "count must be >= 1")
+    one_line_error(run("zilstat", "--workload", "zil", "1"), "for the lab only")
+    one_line_error(run("top", "--lab", "--workload", "nfs"), "no lab workload 'nfs'")
     res = run("report", "x", "--format", "xml")
     assert res.returncode == 2 and "invalid choice" in res.stderr and "Traceback" not in res.stderr
 

@@ -39,7 +39,7 @@ def _pool(model: Model, pool: str, nrows: int, now: int) -> list:
     line = Text.assemble(
         (pool, "bold"), f"  last 60 s: {st['commits']} commits  latency ms p50 ≤{ms(st['lat_p50_ns'], 3)}"
         f"  p99 ≤{ms(st['lat_p99_ns'], 3)}  max {ms(st['lat_max_ns'], 3)}   "
-        f"N-Bytes/s {size(int(rate))}  max {size(int(top))}/s   lwbs {st['lwbs']}  itxs {st['itxs']}")
+        f"N-Bytes/s {size(int(rate))}  max {size(int(top))}/s")
     parts = [line]
     hist = _histogram(st["lat_hist"])
     if hist is not None:
