@@ -28,6 +28,9 @@ _NOISE = ("couldn't set RLIMIT_MEMLOCK", "Error while reading traceable function
 DEFAULT_PROBES = ("txg", "zil")
 REQUIRED_PROBES = ("txg",)     # the backbone; the others are left out where the target cannot give them
 START_TIMEOUT = 60.0
+# Per-CPU counter keys (the zil probe) multiply with CPUs and pools: room for 64k keys per map
+# instead of bpftrace's default 4096, past which updates would fail silently.
+_BPFTRACE_ENV = dict(os.environ, BPFTRACE_MAP_KEYS_MAX="65536")
 
 
 def _child_setup() -> None:
@@ -97,7 +100,7 @@ class BpftraceSource:
             path = os.path.join(self._dir, r.name + ".bt")
             with open(path, "w") as f:
                 f.write(r.text)
-            proc = subprocess.Popen([self.bpftrace, path], stdout=subprocess.PIPE,
+            proc = subprocess.Popen([self.bpftrace, path], stdout=subprocess.PIPE, env=_BPFTRACE_ENV,
                                     stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
                                     bufsize=1, preexec_fn=_child_setup, start_new_session=True)
             self._procs.append((r.name, proc))
