@@ -5,6 +5,8 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import subprocess
+import time
 
 import pytest
 
@@ -36,3 +38,17 @@ def lab_ready() -> str:
 def pytest_collection_modifyitems(config, items):
     """Fast tests first, the real-lab tests last, so a failure shows early."""
     items.sort(key=lambda item: item.get_closest_marker("lab") is not None)
+
+
+def start_truth(tmp, script: str, library: str):
+    """An independent ground-truth bpftrace (the test's own script, LIB = the library) writing
+    tmp/truth.out; returns (process, output file) once it has attached."""
+    path = tmp / "truth.bt"
+    path.write_text(script.replace("LIB", library))
+    out = open(tmp / "truth.out", "w")
+    proc = subprocess.Popen(["bpftrace", str(path)], stdout=out, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while "Attaching" not in (tmp / "truth.out").read_text():
+        assert proc.poll() is None and time.time() < deadline, "ground-truth bpftrace did not start"
+        time.sleep(0.2)
+    return proc, out

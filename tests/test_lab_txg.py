@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import lab_ready
+from conftest import lab_ready, start_truth
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser
 from zfsobs.targets import libzpool
@@ -33,22 +33,14 @@ END { clear(@w); clear(@s); }
 """
 
 
-def start_truth(tmp):
-    script = tmp / "truth.bt"
-    script.write_text(TRUTH.replace("LIB", libzpool().path))
-    out = open(tmp / "truth.out", "w")
-    proc = subprocess.Popen(["bpftrace", str(script)], stdout=out, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 60
-    while "Attaching" not in (tmp / "truth.out").read_text():
-        assert proc.poll() is None and time.time() < deadline, "ground-truth bpftrace did not start"
-        time.sleep(0.2)
-    return proc, out
+def start_txg_truth(tmp):
+    return start_truth(tmp, TRUTH, libzpool().path)
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("lab")
-    truth, out = start_truth(tmp)
+    truth, out = start_txg_truth(tmp)
     cap = tmp / "x.cap"
     try:
         res = subprocess.run(ZFSOBS + ["record", "--lab", "--duration", "20", "-o", str(cap)],
@@ -168,7 +160,7 @@ def test_lab_files_are_removed(run):
 
 def test_a_capture_killed_with_sigkill_stays_readable(tmp_path):
     cap = tmp_path / "killed.cap"
-    truth, out = start_truth(tmp_path)
+    truth, out = start_txg_truth(tmp_path)
     try:
         proc = subprocess.Popen(ZFSOBS + ["record", "--lab", "-o", str(cap)], stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 120

@@ -10,12 +10,11 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 
 import pytest
 
-from conftest import lab_ready
+from conftest import lab_ready, start_truth
 from zfsobs.model.zil import LAT_BUCKETS, lat_bounds, lat_bucket, size_bin
 from zfsobs.targets import libzpool
 
@@ -48,14 +47,7 @@ def run(tmp_path_factory):
     if lib.version != "2.1.11":
         pytest.skip("the ground truth reads lwb fields at 2.1.11 offsets")
     tmp = tmp_path_factory.mktemp("zil")
-    script = tmp / "truth.bt"
-    script.write_text(TRUTH.replace("LIB", lib.path))
-    out = open(tmp / "truth.out", "w")
-    truth = subprocess.Popen(["bpftrace", str(script)], stdout=out, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 60
-    while "Attaching" not in (tmp / "truth.out").read_text():
-        assert truth.poll() is None and time.time() < deadline, "ground-truth bpftrace did not start"
-        time.sleep(0.2)
+    truth, out = start_truth(tmp, TRUTH, lib.path)
     cap = tmp / "x.cap"
     try:
         res = subprocess.run(ZFSOBS + ["zilstat", "--lab", "--workload", "zil", "--lab-time", str(LAB_SECONDS),

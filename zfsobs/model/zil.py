@@ -3,8 +3,8 @@
 A (pool, pid, txg) row is the sum over CPUs of each CPU's latest line, so a refresh (final=0) and
 the final line (final=1) never double count. Lines of one flush share a timestamp; a line for a
 row that was already final comes from another incarnation of the pool that reached the same txg
-number again (ztest re-imports pools), and starts a new row. The same deltas feed a per-pool time series for
-rates (bytes/s, the max 1-second rate) in live views and zilstat's interval mode.
+number again (ztest re-imports pools), and starts a new row. The same deltas feed a per-pool time
+series for rates (bytes/s, the max 1-second rate) in live views and zilstat's interval mode.
 """
 from __future__ import annotations
 
@@ -77,7 +77,6 @@ class ZilRow:
     pool: str
     pid: int
     txg: int
-    first_ts: int
     last_ts: int = 0
     final: bool = False
     counts: Counter = field(default_factory=Counter)
@@ -101,17 +100,14 @@ class PoolZil:
         self.rows: dict[tuple[int, int], ZilRow] = {}     # (pid, txg) -> its latest row
         self.order: deque[ZilRow] = deque()
         self.keep = keep
-        self.totals: Counter = Counter()
-        self.itx_types = [0] * ITX_TYPES
-        self.lat_hist = [0] * LAT_BUCKETS
-        self.lat_max_ns = 0
+        self.totals: Counter = Counter()      # run totals; rows may be dropped (keep)
         self.flow: deque[tuple[int, Counter]] = deque()   # (ts, deltas) for rates
 
     def row(self, ev: Event) -> ZilRow:
         key = (int(ev.get("pid", 0)), int(ev.fields["txg"]))
         row = self.rows.get(key)
         if row is None or (row.final and ev.ts != row.last_ts):
-            row = self.rows[key] = ZilRow(str(ev.fields["pool"]), key[0], key[1], ev.ts)
+            row = self.rows[key] = ZilRow(str(ev.fields["pool"]), key[0], key[1])
             self.order.append(row)
             while self.keep is not None and len(self.order) > self.keep:
                 old = self.order.popleft()
@@ -167,30 +163,26 @@ class ZilModel:
             delta = Counter({n: b - a for n, a, b in zip(COUNTERS, old, new) if b != a})
             row.counts.update(delta)
             state.totals.update(delta)
-            lat_max = int(f.get("lat_max_ns") or 0)
-            row.lat_max_ns = max(row.lat_max_ns, lat_max)
-            state.lat_max_ns = max(state.lat_max_ns, lat_max)
+            row.lat_max_ns = max(row.lat_max_ns, int(f.get("lat_max_ns") or 0))
             if delta:
                 state.flow.append((ev.ts, delta))
                 while state.flow and ev.ts - state.flow[0][0] > FLOW_KEEP_NS:
                     state.flow.popleft()
         elif ev.kind == "zil_itx":
             new = [int(f.get(f"tx{i}") or 0) for i in range(ITX_TYPES - 1)] + [int(f.get("txother") or 0)]
-            self._merge(row, state, ("itx", cpu, 0), new, "itx_types", 0)
+            self._merge(row, ("itx", cpu, 0), new, row.itx_types, 0)
         else:
             seg = int(f.get("seg") or 0)
             new = [int(f.get(f"b{i}") or 0) for i in range(SEGMENT)]
-            self._merge(row, state, ("lat", cpu, seg), new, "lat_hist", seg * SEGMENT)
+            self._merge(row, ("lat", cpu, seg), new, row.lat_hist, seg * SEGMENT)
 
     @staticmethod
-    def _merge(row: ZilRow, state: PoolZil, key, new: list[int], attr: str, base: int) -> None:
+    def _merge(row: ZilRow, key, new: list[int], into: list[int], base: int) -> None:
+        """Replace this CPU's part of the row with its newer cumulative values."""
         old = row._parts.get(key, [0] * len(new))
         row._parts[key] = new
-        mine, total = getattr(row, attr), getattr(state, attr)
         for i, (a, b) in enumerate(zip(old, new)):
-            if a != b:
-                mine[base + i] += b - a
-                total[base + i] += b - a
+            into[base + i] += b - a
 
     def stats(self, pool: str, rows: list[ZilRow]) -> dict:
         """Totals and commit latency over `rows` (one pool)."""

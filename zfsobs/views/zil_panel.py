@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from zfsobs.model import Model
-from zfsobs.model.zil import lat_bounds
+from zfsobs.model.zil import lat_bounds, lat_quantile
 from zfsobs.views.units import ms, size, sparkline
 
 WINDOW_NS = 60 * 10**9
@@ -51,9 +51,8 @@ def _pool(model: Model, pool: str, nrows: int, now: int) -> list:
         table.add_column(name, justify="right", no_wrap=True)
     for r in window[-nrows:][::-1]:
         c = r.counts
-        d = r.as_dict()
         table.add_row(str(r.txg) + ("" if r.final else "*"), ms(syncs.get((r.pid, r.txg))), str(c["commits"]),
-                      ms(d["lat_p50_ns"], 3), ms(r.lat_max_ns if c["commits"] else None, 3), str(c["itxs"]),
+                      ms(lat_quantile(r.lat_hist, 0.5, r.lat_max_ns), 3), ms(r.lat_max_ns if c["commits"] else None, 3), str(c["itxs"]),
                       f"{c['write_bytes'] / 1024:.1f}", str(c["lwbs"]), str(c["nused"]), str(c["size"]),
                       str(c["lwb_le4k"]), str(c["lwb_4to32k"]), str(c["lwb_ge32k"]))
     parts.append(table)
