@@ -4,7 +4,9 @@ A script in probes/linux/ is written once with placeholders:
   ENTRY(fn) / RETURN(fn)   the probe on function entry / return (uprobe on a libzpool path, or kprobe)
   PROC                     the process key (pid for userland, 0 for the kernel)
   TARGET                   the target kind, for the hello line
-  OFF(struct.field)        a struct offset for this build (probes/offsets.json)
+  OFF(struct.field)        a struct offset for this build (probes/offsets.json "fields")
+  CONST(NAME)              a flag value for this build (probes/offsets.json "constants")
+  GLOBAL(symbol)           the run-time address of a ZFS global (a tunable); only in ENTRY() probes
   NCPU                     the number of possible CPUs (per-CPU counters never race)
   NAME;                    the lines between "// macro NAME" and "// end macro" (bpftrace 0.17
                            has no functions; a flush is written once and used twice)
@@ -28,7 +30,8 @@ from zfsobs.errors import ZfsobsError
 from zfsobs.targets import Target
 
 _PROBE_RE = re.compile(r"\b(ENTRY|RETURN)\((\w+)\)")
-_OFF_RE = re.compile(r"\bOFF\(([\w.]+)\)")
+_OFF_RE = re.compile(r"\b(?:OFF|CONST)\(([\w.]+)\)")
+_GLOBAL_RE = re.compile(r"\bGLOBAL\((\w+)\)")
 _FALLBACK = "// without offsets:"
 _MACRO_RE = re.compile(r"^// macro (\w+)\n(.*?)^// end macro\n", re.M | re.S)
 
@@ -54,10 +57,25 @@ def source(name: str, platform: str = "linux") -> str:
     return path.read_text()
 
 
-def offsets_for(target: Target) -> dict[str, int]:
+def _build_entry(target: Target) -> dict:
     table = json.loads((probes_dir() / "offsets.json").read_text())
-    build = table.get(target.kind, {}).get(target.version, {})
-    return dict(build.get("fields", {}))
+    return table.get(target.kind, {}).get(target.version, {})
+
+
+def offsets_for(target: Target) -> dict[str, int]:
+    """Struct offsets and flag values of the target's release (offsets.json says where they come from)."""
+    build = _build_entry(target)
+    return {**build.get("fields", {}), **build.get("constants", {})}
+
+
+def offsets_origin(target: Target) -> str:
+    """How the target's struct layout is known, for doctor."""
+    build = _build_entry(target)
+    if not build.get("fields"):
+        return f"unknown for {target.name}: probes that read struct fields are off"
+    if target.build_id and target.build_id in build.get("build_ids", []):
+        return f"{target.version}, checked on this build ({target.build_id[:12]})"
+    return f"{target.version}, derived from the release's headers (this build {target.build_id[:12] or 'has no build-id'} not checked)"
 
 
 def required_functions(text: str) -> list[str]:
@@ -85,10 +103,14 @@ def possible_cpus() -> int:
 def _expand_macros(text: str) -> str:
     macros = {m.group(1): m.group(2) for m in _MACRO_RE.finditer(text)}
     text = _MACRO_RE.sub("", text)
-    for name, body in macros.items():
-        def expand(m, body=body):
-            return "".join(m.group(1) + line + "\n" for line in body.splitlines())
-        text = re.sub(rf"^(\s*){name};\n", expand, text, flags=re.M)
+    for _ in range(len(macros) + 1):      # a macro may use macros: expand until none is left
+        before = text
+        for name, body in macros.items():
+            def expand(m, body=body):
+                return "".join(m.group(1) + line + "\n" for line in body.splitlines())
+            text = re.sub(rf"^(\s*){name};\n", expand, text, flags=re.M)
+        if text == before:
+            break
     return text
 
 
@@ -124,12 +146,16 @@ def render(name: str, target: Target) -> Rendered:
             continue
         if probe:
             attached.append(probe.group(2))
+        entry_fn = probe.group(2) if probe and probe.group(1) == "ENTRY" else ""
         for line in block:
             if line.lstrip().startswith(("/*", "*", "//")):
                 out.append(line)      # comments keep their placeholder names
                 continue
             fields = _OFF_RE.findall(line)
             unknown = [f for f in fields if f not in offsets]
+            addresses = {g: target.global_address(g, entry_fn) if entry_fn else None
+                         for g in _GLOBAL_RE.findall(line)}
+            unknown += [g for g, a in addresses.items() if a is None]
             if unknown:
                 dropped.append(f"offset {', '.join(unknown)} unknown for {target.name}")
                 code, sep, fallback = line.partition(_FALLBACK)
@@ -137,6 +163,7 @@ def render(name: str, target: Target) -> Rendered:
                     continue
                 line = code[:len(code) - len(code.lstrip())] + fallback.strip()
             line = _OFF_RE.sub(lambda m: str(offsets[m.group(1)]), line)
+            line = _GLOBAL_RE.sub(lambda m: addresses[m.group(1)], line)
             line = _PROBE_RE.sub(lambda m: (target.entry if m.group(1) == "ENTRY" else target.ret)(m.group(2)), line)
             line = re.sub(r"\bPROC\b", target.proc, line)
             line = re.sub(r"\bNCPU\b", ncpu, line)

@@ -53,11 +53,26 @@ class Target:
     @cached_property
     def functions(self) -> frozenset[str]:
         if self.kind == "libzpool":
-            return _exported_functions(self.path)
+            return frozenset(n for n, (kind, _) in self.symbols.items() if kind == "func")
         return _kernel_functions()
 
+    @cached_property
+    def symbols(self) -> dict[str, tuple[str, int]]:
+        """libzpool's exported symbols: name -> ("func" | "data", address in the file)."""
+        return _exported_symbols(self.path) if self.kind == "libzpool" else {}
 
-def _exported_functions(path: str) -> frozenset[str]:
+    def global_address(self, symbol: str, probed: str) -> str | None:
+        """A bpftrace expression for the run-time address of a global (a tunable), in a probe on
+        function `probed`'s entry: uprobe ip minus the function's file address is the load base."""
+        if self.kind != "libzpool":
+            return f'kaddr("{symbol}")'
+        sym, fn = self.symbols.get(symbol), self.symbols.get(probed)
+        if not sym or not fn or sym[0] != "data" or fn[0] != "func":
+            return None
+        return f'(reg("ip") - {fn[1]:#x} + {sym[1]:#x})'
+
+
+def _exported_symbols(path: str) -> dict[str, tuple[str, int]]:
     try:
         out = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True,
                              text=True, check=True).stdout
@@ -65,12 +80,13 @@ def _exported_functions(path: str) -> frozenset[str]:
         raise ZfsobsError("nm (binutils) is needed to list the library's functions: apt-get install binutils") from None
     except subprocess.CalledProcessError as exc:
         raise ZfsobsError(f"{path}: cannot read its symbols: {exc.stderr.strip()}") from None
-    names = set()
+    names = {}
     for line in out.splitlines():
         parts = line.split()
-        if len(parts) == 3 and parts[1] in ("T", "t", "W"):
-            names.add(parts[2])
-    return frozenset(names)
+        if len(parts) == 3 and parts[1] in ("T", "t", "W", "D", "d", "B", "b"):
+            kind = "func" if parts[1] in ("T", "t", "W") else "data"
+            names[parts[2]] = (kind, int(parts[0], 16))
+    return names
 
 
 def _kernel_functions() -> frozenset[str]:
