@@ -68,6 +68,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("interval", nargs="?", default="1", help="seconds, or 'txg' for one line per txg (default 1)")
     p.add_argument("count", nargs="?", type=int, help="stop after COUNT lines")
 
+    p = sub.add_parser("vqstat", help="vdev queue depth in zpool iostat -q's columns, time-weighted per interval")
+    _target_args(p)
+    p.add_argument("-v", dest="verbose", action="store_true", help="a line per leaf vdev too")
+    p.add_argument("--max", dest="peak", action="store_true", help="the highest depth in each interval, not the mean")
+    p.add_argument("-t", dest="timestamps", action="store_true", help="print a time column")
+    p.add_argument("--record", metavar="FILE", help="also record the stream to FILE")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --record FILE")
+    p.add_argument("interval", nargs="?", type=_positive, default=1.0, help="seconds (default 1)")
+    p.add_argument("count", nargs="?", type=int, help="stop after COUNT intervals")
+
     p = sub.add_parser("replay", help="replay a capture through the live view")
     p.add_argument("file")
     p.add_argument("--speed", type=_positive, default=1.0, metavar="X")
@@ -136,6 +146,8 @@ def _dispatch(args) -> int:
         return _top(args)
     if cmd == "zilstat":
         return _zilstat(args)
+    if cmd == "vqstat":
+        return _vqstat(args)
     if cmd in ("replay", "report"):
         from zfsobs.capture import read_capture
         capture = read_capture(args.file)
@@ -189,6 +201,23 @@ def _zilstat(args) -> int:
         session.run(on_tick=zs.on_tick, tick=0.2)
         if not session.reason.startswith(("interrupted", "terminated")):
             zs.finish()
+    if session.reason not in ("quit", "") and not session.reason.startswith("interrupted"):
+        print(f"zfsobs: stopped: {session.reason}", file=sys.stderr)
+    return 0
+
+
+def _vqstat(args) -> int:
+    from zfsobs.session import Session
+    from zfsobs.views.vqstat import Vqstat
+    if args.count is not None and args.count < 1:
+        raise ZfsobsError(f"count must be >= 1: {args.count}")
+    args.duration = None
+    with Session(args) as session:
+        if "vdev_queue" in session.source.unavailable:
+            raise ZfsobsError(session.source.unavailable["vdev_queue"])
+        vq = Vqstat(session.model, session.source.meta, args.interval, args.count, args.verbose,
+                    args.peak, args.timestamps)
+        session.run(on_tick=vq.on_tick, tick=0.2)
     if session.reason not in ("quit", "") and not session.reason.startswith("interrupted"):
         print(f"zfsobs: stopped: {session.reason}", file=sys.stderr)
     return 0

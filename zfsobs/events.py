@@ -18,6 +18,9 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "zil": ("pool", "txg", "cpu"),
     "zil_itx": ("pool", "txg", "cpu"),
     "zil_lat": ("pool", "txg", "cpu", "seg"),
+    "vq": ("pool", "vd", "class"),
+    "vq_lat": ("vd", "class", "kind"),
+    "vq_vdev": ("pool", "vd"),
 }
 
 

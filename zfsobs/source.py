@@ -25,7 +25,7 @@ _LOST_RE = re.compile(r"^Lost (\d+) events")
 # bpftrace chatter on stderr that is not an error on these machines.
 _NOISE = ("couldn't set RLIMIT_MEMLOCK", "Error while reading traceable functions",
           "WARNING: ", "Attaching ")
-DEFAULT_PROBES = ("txg", "zil")
+DEFAULT_PROBES = ("txg", "zil", "vdev_queue")
 REQUIRED_PROBES = ("txg",)     # the backbone; the others are left out where the target cannot give them
 START_TIMEOUT = 60.0
 # Per-CPU counter keys (the zil probe) multiply with CPUs and pools: room for 64k keys per map

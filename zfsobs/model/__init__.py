@@ -8,6 +8,7 @@ from collections import deque
 
 from zfsobs.events import Event
 from zfsobs.model.txg import KEEP, TxgModel
+from zfsobs.model.vdev_queue import VdevQueueModel
 from zfsobs.model.zil import ZilModel
 
 RATE_WINDOW_NS = 5 * 10**9
@@ -17,7 +18,8 @@ class Model:
     def __init__(self, keep: int | None = KEEP):
         self.txg = TxgModel(keep)
         self.zil = ZilModel(keep)
-        self._routes = {kind: part for part in (self.txg, self.zil) for kind in part.kinds}
+        self.vq = VdevQueueModel()
+        self._routes = {kind: part for part in (self.txg, self.zil, self.vq) for kind in part.kinds}
         self.probes: dict[str, str] = {}      # probe name -> target kind, from hello events
         self.lost = 0
         self.events = 0

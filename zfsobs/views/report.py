@@ -9,10 +9,11 @@ import json
 from zfsobs.capture import Capture
 from zfsobs.events import Parser, parse_all
 from zfsobs.model import Model
+from zfsobs.model import vdev_queue as vqm
 from zfsobs.model.zil import lat_bounds
 from zfsobs.views.units import ms, mib, size
 
-SECTIONS = ("txgs", "zil")
+SECTIONS = ("txgs", "zil", "vdev_queue")
 
 
 def build(capture: Capture) -> tuple[Model, Parser]:
@@ -41,8 +42,54 @@ def as_dict(capture: Capture) -> dict:
         span = zil.pools[pool].flow
         st["max_rate_nused"] = zil.pools[pool].max_rate(span[0][0] - 1, span[-1][0]) if span else 0.0
         zil_summary[pool] = st
-    return {"meta": meta, "txgs": rows, "zil": [r.as_dict() for r in zil_rows],
-            "summary": {"txg": summary, "zil": zil_summary}}
+    vq_rows, vq_summary = _vdev_queue(model)
+    return {"meta": meta, "txgs": rows, "zil": [r.as_dict() for r in zil_rows], "vdev_queue": vq_rows,
+            "summary": {"txg": summary, "zil": zil_summary, "vdev_queue": vq_summary}}
+
+
+def _vdev_queue(model: Model) -> tuple[list[dict], dict]:
+    """A row per (process, vdev, class) the capture saw; a summary per pool and class."""
+    rows, summary = [], {}
+    for vdev, s, t in model.vq.totals():
+        wait, dev = s.hist[0], s.hist[1]
+        row = {"pool": vdev.pool, "pid": vdev.pid, "vdev": vdev.path, "guid": vdev.guid,
+               "class": vqm.CLASSES[s.cls], "max_active": s.max_active, "min_active": s.min_active}
+        row.update({k: t[k] for k in ("enq", "enq_bytes", "issued", "merged", "aggs", "done", "done_bytes")})
+        row.update(pend_mean=_round(t["pend_mean"]), pend_max=t["pend_max"], act_mean=_round(t["act_mean"]),
+                   act_max=t["act_max"], seconds=round(t["seconds"], 3),
+                   wait_mean_ns=t["wait_ns"] // (t["issued"] + t["merged"]) if t["issued"] + t["merged"] else None,
+                   wait_p50_ns=vqm.quantile(wait, 0.5), wait_p99_ns=vqm.quantile(wait, 0.99),
+                   dev_mean_ns=t["dev_ns"] // t["done"] if t["done"] else None,
+                   dev_p50_ns=vqm.quantile(dev, 0.5), dev_p99_ns=vqm.quantile(dev, 0.99))
+        rows.append(row)
+        agg = summary.setdefault(vdev.pool, {}).setdefault(vqm.CLASSES[s.cls], {
+            "vdevs": set(), "enq": 0, "done": 0, "merged": 0, "aggs": 0, "done_bytes": 0, "wait_ns": 0,
+            "dev_ns": 0, "waits": 0, "act_max": 0, "pend_max": 0, "max_active": set(),
+            "wait_hist": [0] * vqm.BUCKETS, "dev_hist": [0] * vqm.BUCKETS})
+        agg["vdevs"].add(vdev.path)
+        if s.max_active is not None:
+            agg["max_active"].add(s.max_active)
+        for k in ("enq", "done", "merged", "aggs", "done_bytes", "wait_ns", "dev_ns"):
+            agg[k] += t[k]
+        agg["waits"] += t["issued"] + t["merged"]
+        agg["act_max"] = max(agg["act_max"], t["act_max"])
+        agg["pend_max"] = max(agg["pend_max"], t["pend_max"])
+        agg["wait_hist"] = [a + b for a, b in zip(agg["wait_hist"], wait)]
+        agg["dev_hist"] = [a + b for a, b in zip(agg["dev_hist"], dev)]
+    for classes in summary.values():
+        for agg in classes.values():
+            agg["vdevs"] = len(agg["vdevs"])
+            agg["max_active"] = sorted(agg["max_active"])     # processes may differ (zdb raises async_read)
+            agg["wait_mean_ns"] = agg["wait_ns"] // agg["waits"] if agg["waits"] else None
+            agg["dev_mean_ns"] = agg["dev_ns"] // agg["done"] if agg["done"] else None
+            for kind in ("wait", "dev"):
+                hist = agg.pop(kind + "_hist")
+                agg[kind + "_p50_ns"], agg[kind + "_p99_ns"] = vqm.quantile(hist, 0.5), vqm.quantile(hist, 0.99)
+    return rows, summary
+
+
+def _round(x):
+    return None if x is None else round(x, 3)
 
 
 def _finite(x: float):
@@ -94,4 +141,16 @@ def _text(data: dict) -> str:
                      f"{st['lwb_ge32k']:>6}")
     if not data["summary"]["zil"]:
         lines.append("(no ZIL activity in this capture)")
+    lines.append("")
+    lines.append("vdev queue           class         vdevs     I/Os   merged  act max/limit  pend max"
+                 "   wait mean/p99 ms   device mean/p99 ms")
+    for pool, classes in data["summary"]["vdev_queue"].items():
+        for name, st in classes.items():
+            limit = ",".join(map(str, st["max_active"])) or "?"
+            lines.append(f"{pool:<20} {name:<13} {st['vdevs']:>5} {st['enq']:>8} {st['merged']:>8} "
+                         f"{st['act_max']:>7}/{limit:<5} {st['pend_max']:>9}   "
+                         f"{ms(st['wait_mean_ns'], 3):>7}/{ms(st['wait_p99_ns'], 3):<9} "
+                         f"{ms(st['dev_mean_ns'], 3):>7}/{ms(st['dev_p99_ns'], 3)}")
+    if not data["summary"]["vdev_queue"]:
+        lines.append("(no vdev queue activity in this capture)")
     return "\n".join(lines) + "\n"

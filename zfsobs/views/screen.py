@@ -8,15 +8,17 @@ from zfsobs.model import Model
 from zfsobs.views.header import render_header
 from zfsobs.views.status import Status
 from zfsobs.views.txg_panel import render_txg
+from zfsobs.views.vq_panel import render_vq
 from zfsobs.views.zil_panel import render_zil
 
 
 def render_screen(model: Model, status: Status, height: int, now_ns: int | None = None) -> Group:
-    panels = 2
-    body = max(10, height - 8)
+    panels = 3
+    body = max(12, height - 8)
     txg_pools = max(1, len(model.txg.pools))
     zil_pools = max(1, len(model.zil.pools))
     txg_rows = max(3, body // panels // txg_pools - 4)
     zil_rows = max(3, body // panels // zil_pools - 5)
+    vq_rows = max(4, body // panels - 3)
     return Group(Panel(render_header(model, status, now_ns)), render_txg(model.txg, txg_rows),
-                 render_zil(model, zil_rows, now_ns))
+                 render_zil(model, zil_rows, now_ns), render_vq(model, vq_rows, now_ns))

@@ -1,0 +1,188 @@
+"""vdev queue depth end to end on real OpenZFS: two `zfsobs record --lab` runs with different
+zfs_vdev_async_write_max_active limits; in the first, an independent bpftrace reads the library's
+OWN queue counters (vq_class[p].vqc_active) that vdev_queue.bt cannot reach and has to rebuild.
+
+--lab-time makes ztest end by itself: every I/O completes and every vdev is freed (final=1)."""
+from __future__ import annotations
+
+import glob
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+
+import pytest
+
+from conftest import lab_ready, start_truth
+from zfsobs.capture import read_capture
+from zfsobs.events import Parser, parse_all
+from zfsobs.targets import libzpool
+
+pytestmark = [pytest.mark.lab, pytest.mark.skipif(bool(lab_ready()), reason=lab_ready() or "ok")]
+
+ZFSOBS = [sys.executable, "-m", "zfsobs"]
+LAB_SECONDS = 20
+LIMITS = (2, 10)       # zfs_vdev_async_write_max_active of run 1 and run 2
+ASYNC_WRITE = 3
+# Ground truth, independent of the probe's method: the library's own per-class active count
+# (2.1.11 offsets, ../shared/reference/probe-map.md 4.3 and 6) read at every completion. Active
+# still includes the completing I/O there, so its max is the true max active.
+TRUTH = r"""
+uprobe:LIB:vdev_queue_io_done {
+    $vd = *(uint64 *)(arg0 + 592);
+    $p = (uint64)*(uint32 *)(arg0 + 128);
+    if ($p < 9) {
+        $act = *(uint32 *)($vd + 13176 + 8 + 48 * $p);
+        $pool = str(*(uint64 *)($vd + 104));
+        $path = str(*(uint64 *)($vd + 13056));
+        @amax[pid, $pool, $path, $p] = max($act);
+        @done[pid, $pool, $path, $p] = count();
+    }
+}
+"""
+TRUTH_RE = re.compile(r"^@(amax|done)\[(\d+), (\S+), (\S+), (\d+)\]: (\d+)$")
+
+
+def record(tmp, limit, watch):
+    """One lab capture; while it runs, the lab's vdev directory is listed every 0.2 s (the lab
+    removes it at exit), giving the files ztest made. Returns (events of the lab pool, files)."""
+    cap = tmp / f"run{limit}.cap"
+    proc = subprocess.Popen(ZFSOBS + ["record", "--lab", "--lab-time", str(LAB_SECONDS), "-o",
+                                      f"zfs_vdev_async_write_max_active={limit}", "-O", str(cap)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    files = set()
+    deadline = time.time() + 400
+    while proc.poll() is None and time.time() < deadline:
+        if watch:
+            files |= set(glob.glob(f"/*/*/zfsobs-lab-{proc.pid}-*/vdevs/*") +
+                         glob.glob(f"/tmp/zfsobs-lab-{proc.pid}-*/vdevs/*"))
+        time.sleep(0.2)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    capture = read_capture(str(cap))
+    pool = capture.meta["lab"]["pool"]
+    events = [ev for ev in parse_all(capture.lines, Parser())
+              if ev.kind != "vq_lat" and (ev.get("pool") == pool or str(ev.get("pool")).startswith(pool + "_"))]
+    return pool, events, files
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    lib = libzpool()
+    if lib.version != "2.1.11":
+        pytest.skip("the ground truth reads vdev_queue fields at 2.1.11 offsets")
+    tmp = tmp_path_factory.mktemp("vq")
+    started = time.time()
+    truth, out = start_truth(tmp, TRUTH, lib.path)
+    try:
+        pool, first, files = record(tmp, LIMITS[0], watch=True)
+    finally:
+        truth.send_signal(signal.SIGINT)
+        truth.wait(60)
+        out.close()
+    tmaps = {"amax": defaultdict(int), "done": defaultdict(int)}
+    for line in (tmp / "truth.out").read_text().splitlines():
+        m = TRUTH_RE.match(line)
+        if m and (m[3] == pool or m[3].startswith(pool + "_")):
+            key = (int(m[2]), m[4], int(m[5]))     # lab pool names of one pid fold together
+            agg = tmaps[m[1]]
+            agg[key] = max(agg[key], int(m[6])) if m[1] == "amax" else agg[key] + int(m[6])
+    _, second, _ = record(tmp, LIMITS[1], watch=False)
+    return {"runs": (first, second), "files": files, "truth": tmaps, "seconds": time.time() - started}
+
+
+def vq(events, cls=None):
+    return [ev for ev in events if ev.kind == "vq" and (cls is None or ev.get("class") == cls)]
+
+
+def per_path(events):
+    """Per (pid, path, class): max act_max, done (sum of the deltas of each (pid, vd, class) series,
+    attributed to the path of the same flush: a freed vdev's address may be reused) and whether
+    every series of that key ended with final=1."""
+    paths = {(ev.get("pid"), ev.get("vd"), ev.ts): ev.get("path") for ev in events if ev.kind == "vq_vdev"}
+    amax, done, final, prev = defaultdict(int), defaultdict(int), {}, {}
+    for ev in vq(events):
+        pid, vd, cls = ev.get("pid"), ev.get("vd"), ev.get("class")
+        key = (pid, paths[(pid, vd, ev.ts)], cls)
+        amax[key] = max(amax[key], ev.get("act_max"))
+        done[key] += ev.get("done") - prev.get((pid, vd, cls), 0)
+        prev[(pid, vd, cls)] = ev.get("done")
+        final[(key, vd)] = ev.get("final")
+    exact = {k for k in done if all(f == 1 for (k2, _), f in final.items() if k2 == k)}
+    return amax, done, exact
+
+
+def test_vdev_paths_are_the_lab_files_and_the_truths(runs):
+    ours = {ev.get("path") for ev in runs["runs"][0] if ev.kind == "vq_vdev"}
+    truth = {path for (_, path, _) in runs["truth"]["done"]}
+    assert ours, "no vq_vdev line of the lab pool"
+    assert len({p.rsplit("/", 1)[0] for p in ours}) == 1, f"vdevs outside one directory: {sorted(ours)}"
+    assert ours == runs["files"], f"probe paths {sorted(ours)} != files ztest made {sorted(runs['files'])}"
+    # bpftrace's str() keeps 63 characters
+    assert {p[:63] for p in ours} == truth, f"probe paths {sorted(ours)} != truth paths {sorted(truth)}"
+
+
+def test_async_write_active_reaches_and_never_passes_the_limit(runs):
+    for limit, events in zip(LIMITS, runs["runs"]):
+        lines = vq(events, ASYNC_WRITE)
+        assert lines, f"run with limit {limit}: no async_write lines"
+        top = max(ev.get("act_max") for ev in lines)
+        if limit == LIMITS[0]:
+            assert top == limit, f"limit {limit}: highest async_write act_max {top}, want exactly {limit}"
+            bad = {ev.get("max_active") for ev in lines} - {limit}
+            assert not bad, f"limit {limit}: async_write max_active fields {bad}"
+        else:
+            assert LIMITS[0] < top <= limit, f"limit {limit}: highest async_write act_max {top}"
+
+
+def test_depths_are_never_negative(runs):
+    # the parser reads -1 as "unavailable" (None): a depth of -1 shows up as None here
+    for events in runs["runs"]:
+        for ev in vq(events):
+            for name in ("pend", "act", "pend_max", "act_max"):
+                value = ev.get(name)
+                assert value is not None and value >= 0, f"{name}={value}: {ev.line()}"
+
+
+def test_conservation_and_littles_law_at_the_end(runs):
+    for events in runs["runs"]:
+        last = {(ev.get("pid"), ev.get("vd"), ev.get("class")): ev for ev in vq(events)}
+        assert last
+        for ev in last.values():
+            f = ev.fields
+            assert f["enq"] == f["issued"] + f["merged"] + f["pend"], f"enq != issued+merged+pend: {ev.line()}"
+            assert f["issued"] + f["aggs"] == f["done"] + f["act"], f"issued+aggs != done+act: {ev.line()}"
+            if f["pend"] == f["act"] == 0:
+                # integral of depth over time == sum of each I/O's time in that state
+                assert f["pend_ns"] == f["wait_ns"], f"pend_ns != wait_ns: {ev.line()}"
+                assert f["act_ns"] == f["dev_ns"], f"act_ns != dev_ns: {ev.line()}"
+
+
+def test_max_active_and_completions_equal_the_librarys_own_counters(runs):
+    amax, done, exact = per_path(runs["runs"][0])
+    tmax, tdone = runs["truth"]["amax"], runs["truth"]["done"]
+    ours = {(pid, path[:63], cls): v for (pid, path, cls), v in amax.items()}
+    assert set(ours) == set(tmax), f"keys only ours {set(ours) - set(tmax)}, only truth {set(tmax) - set(ours)}"
+    for key, want in tmax.items():
+        got = ours[key]
+        if key[2] == ASYNC_WRITE:
+            assert got == want, f"{key}: act_max {got} != library's max active {want}"
+        else:
+            # our +1 comes just after the library's increment (at the return that hands the zio
+            # out), so a completion in between can hide the top by one
+            assert want - (want > 0) <= got <= want, f"{key}: act_max {got}, library's max active {want}"
+    matched = 0
+    for (pid, path, cls), n in done.items():
+        want = tdone[(pid, path[:63], cls)]
+        if (pid, path, cls) in exact:
+            assert n == want, f"{(pid, path, cls)} ended final=1: done {n} != vdev_queue_io_done calls {want}"
+            matched += 1
+        else:   # up to 1 s after the last flush is lost if the process ended without vdev_free
+            assert n <= want, f"{(pid, path, cls)}: done {n} > vdev_queue_io_done calls {want}"
+    print(f"\nvdev_queue: {matched}/{len(done)} (pid, path, class) series exact, "
+          f"{len({p for _, p, _ in done})} vdevs, run 1+2 with truth took {runs['seconds']:.0f} s")
+    assert matched >= 0.5 * len(done), f"only {matched}/{len(done)} series ended with final=1"

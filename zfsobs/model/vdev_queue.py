@@ -1,0 +1,225 @@
+"""vdev queue depth per leaf vdev and I/O class (docs/vdev_queue.md), from the vdev_queue probe.
+
+The probe's lines are cumulative per (pid, vdev_t address, class): counters, and the time integral
+of pending and active depth up to the line's timestamp, with the depth at that moment. Depth only
+changes at events, and a vdev with no events emits no lines, so the integral at any later time t is
+the last line's integral plus its depth times (t - its ts): means over any window are exact.
+"""
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import deque
+from dataclasses import dataclass, field
+
+from zfsobs.events import Event
+
+CLASSES = ("sync_read", "sync_write", "async_read", "async_write", "scrub", "removal",
+           "initializing", "trim", "rebuild")
+SHORT = ("syncR", "syncW", "asyncR", "asyncW", "scrub", "remov", "init", "trim", "rebld")
+COUNTERS = ("enq", "enq_bytes", "issued", "merged", "aggs", "done", "done_bytes", "wait_ns", "dev_ns",
+            "pend_ns", "act_ns")
+BUCKETS = 24
+KEEP_NS = 600 * 10**9        # history kept per series (live windows, vqstat intervals)
+
+
+def lat_bounds(b: int) -> tuple[int, float]:
+    """[low, high) in ns of the probe's wait/device histogram bucket b."""
+    low = 0 if b == 0 else 1024 << b
+    return low, float("inf") if b == BUCKETS - 1 else 2048 << b
+
+
+def quantile(hist: list[int], q: float) -> int | None:
+    """Nearest-rank quantile as its bucket's upper bound (the last bucket: its lower bound)."""
+    total = sum(hist)
+    if not total:
+        return None
+    rank, seen = max(1, round(q * total)), 0
+    for b, n in enumerate(hist):
+        seen += n
+        if seen >= rank:
+            low, high = lat_bounds(b)
+            return int(high) if high != float("inf") else low
+    return None
+
+
+@dataclass
+class Line:
+    ts: int
+    values: dict            # COUNTERS, cumulative
+    pend: int
+    act: int
+    pend_max: int
+    act_max: int
+
+
+@dataclass
+class Series:
+    """One class of one vdev in one process."""
+    pid: int
+    vd: str
+    cls: int
+    max_active: int | None = None
+    min_active: int | None = None
+    lines: deque = field(default_factory=deque)
+    hist: dict = field(default_factory=lambda: {0: [0] * BUCKETS, 1: [0] * BUCKETS})
+    hist_lines: deque = field(default_factory=deque)    # (ts, kind, cumulative buckets)
+    final: bool = False
+    first: Line | None = None      # kept for whole-capture figures when old lines are dropped
+    peak_pend: int = 0
+    peak_act: int = 0
+
+    def add(self, ts: int, f: dict) -> None:
+        values = {c: int(f.get(c) or 0) for c in COUNTERS}
+        line = Line(ts, values, int(f.get("pend") or 0), int(f.get("act") or 0),
+                    int(f.get("pend_max") or 0), int(f.get("act_max") or 0))
+        self.lines.append(line)
+        self.first = self.first or line
+        self.peak_pend = max(self.peak_pend, line.pend_max, line.pend)
+        self.peak_act = max(self.peak_act, line.act_max, line.act)
+        self.max_active, self.min_active = f.get("max_active"), f.get("min_active")
+        self.final = bool(f.get("final"))
+        while len(self.lines) > 2 and ts - self.lines[1].ts > KEEP_NS:
+            self.lines.popleft()
+
+    def add_hist(self, ts: int, kind: int, buckets: list[int]) -> None:
+        self.hist[kind] = buckets
+        self.hist_lines.append((ts, kind, buckets))
+        while len(self.hist_lines) > 4 and ts - self.hist_lines[2][0] > KEEP_NS:
+            self.hist_lines.popleft()
+
+    @property
+    def last(self) -> Line:
+        return self.lines[-1]
+
+    def at(self, t: int) -> dict | None:
+        """Cumulative values at time t. Between two lines: interpolated (what happened between them is
+        only known in sum; lines come every 0.5 s while a vdev is busy). After the last line: the
+        integrals grow by the depth it reported, which is exact since a vdev with events would have
+        sent another line."""
+        i = bisect_right([ln.ts for ln in self.lines], t) - 1
+        if i < 0:
+            return None
+        ln = self.lines[i]
+        if i + 1 < len(self.lines):
+            nxt = self.lines[i + 1]
+            f = (t - ln.ts) / (nxt.ts - ln.ts) if nxt.ts > ln.ts else 0.0
+            out = {c: ln.values[c] + (nxt.values[c] - ln.values[c]) * f for c in COUNTERS}
+        else:
+            out = dict(ln.values)
+            out["pend_ns"] += ln.pend * (t - ln.ts)
+            out["act_ns"] += ln.act * (t - ln.ts)
+        out["pend"], out["act"] = ln.pend, ln.act
+        return out
+
+    def window(self, t0: int, t1: int) -> dict | None:
+        """Deltas over [t0, t1], mean depths, and the max depth seen in it."""
+        end = self.at(t1)
+        if end is None:
+            return None
+        start = self.at(t0)
+        if start is None:          # the series began inside the window: measure from its first line
+            first = self.lines[0]
+            t0, start = first.ts, self.at(first.ts)
+            if t1 <= t0:
+                return None
+        span = t1 - t0
+        out = {c: end[c] - start[c] for c in COUNTERS}
+        out["seconds"] = span / 1e9
+        out["pend_mean"] = out["pend_ns"] / span
+        out["act_mean"] = out["act_ns"] / span
+        # lines in the window, and the first after it (its maxima cover the window's tail)
+        inside = [ln for ln in self.lines if t0 < ln.ts <= t1]
+        later = [ln for ln in self.lines if ln.ts > t1][:1]
+        inside += later
+        out["pend_max"] = max([start["pend"]] + [ln.pend_max for ln in inside] + [ln.pend for ln in inside])
+        out["act_max"] = max([start["act"]] + [ln.act_max for ln in inside] + [ln.act for ln in inside])
+        out["pend"], out["act"] = end["pend"], end["act"]
+        return out
+
+    def hist_window(self, kind: int, t0: int) -> list[int]:
+        """Histogram counts since t0 (whole history if the series is younger)."""
+        lines = [h for ts, k, h in self.hist_lines if k == kind]
+        older = [h for ts, k, h in self.hist_lines if k == kind and ts <= t0]
+        if not lines:
+            return [0] * BUCKETS
+        base = older[-1] if older else [0] * BUCKETS
+        return [a - b for a, b in zip(lines[-1], base)]
+
+
+@dataclass
+class Vdev:
+    pid: int
+    vd: str
+    pool: str = "?"
+    path: str = "?"
+    guid: int | None = None
+    vdev_max: int | None = None
+    final: bool = False
+
+
+class VdevQueueModel:
+    kinds = ("vq", "vq_lat", "vq_vdev")
+
+    def __init__(self):
+        self.series: dict[tuple[int, str, int], Series] = {}
+        self.vdevs: dict[tuple[int, str], Vdev] = {}
+        self.last_ts: int | None = None
+
+    def feed(self, ev: Event) -> None:
+        f = ev.fields
+        pid, vd = int(f.get("pid") or 0), str(f.get("vd"))
+        self.last_ts = ev.ts if self.last_ts is None else max(self.last_ts, ev.ts)
+        vdev = self.vdevs.get((pid, vd))
+        if vdev is None:
+            vdev = self.vdevs[(pid, vd)] = Vdev(pid, vd)
+        if ev.kind == "vq_vdev":
+            vdev.pool, vdev.path = str(f.get("pool")), str(f.get("path", "?"))
+            vdev.guid, vdev.vdev_max, vdev.final = f.get("guid"), f.get("vdev_max"), bool(f.get("final"))
+            return
+        cls = int(f.get("class") or 0)
+        if ev.kind == "vq":
+            vdev.pool = str(f.get("pool"))
+        s = self.series.get((pid, vd, cls))
+        if s is None:
+            s = self.series[(pid, vd, cls)] = Series(pid, vd, cls)
+        if ev.kind == "vq":
+            s.add(ev.ts, f)
+        else:
+            s.add_hist(ev.ts, int(f.get("kind") or 0), [int(f.get(f"b{b}") or 0) for b in range(BUCKETS)])
+
+    def vdev(self, s: Series) -> Vdev:
+        return self.vdevs[(s.pid, s.vd)]
+
+    def window(self, seconds: float, now: int | None = None) -> list[tuple[Vdev, Series, dict]]:
+        """Every series with events in the last `seconds` (or depth left over), sorted by pool, path, class."""
+        now = self.last_ts if now is None else now
+        if now is None:
+            return []
+        t0 = now - int(seconds * 1e9)
+        rows = []
+        for s in self.series.values():
+            if not s.lines or (s.final and s.last.ts < t0):
+                continue
+            w = s.window(t0, now)
+            if w is None or not (w["enq"] or w["done"] or w["pend_max"] or w["act_max"]):
+                continue
+            rows.append((self.vdev(s), s, w))
+        rows.sort(key=lambda r: (r[0].pool, r[0].path, r[0].pid, r[1].cls))
+        return rows
+
+    def totals(self) -> list[tuple[Vdev, Series, dict]]:
+        """Whole-capture figures per series: counts since first seen; means over first..last line."""
+        rows = []
+        for s in self.series.values():
+            if not s.lines:
+                continue
+            first, last = s.first, s.last
+            span = last.ts - first.ts
+            out = dict(last.values)
+            for kind in ("pend", "act"):
+                out[kind + "_mean"] = (last.values[kind + "_ns"] - first.values[kind + "_ns"]) / span if span else None
+            out["pend_max"], out["act_max"] = s.peak_pend, s.peak_act
+            out["seconds"] = span / 1e9
+            rows.append((self.vdev(s), s, out))
+        rows.sort(key=lambda r: (r[0].pool, r[0].path, r[0].pid, r[1].cls))
+        return rows

@@ -1,0 +1,74 @@
+"""The vdev queue panel: a leaf vdev x I/O class grid over the last second. Each cell shows the
+time-weighted mean of active I/Os as a bar against the class's max_active limit, the highest
+active count seen (red when it reached the limit: the class is saturated), and the mean/max of
+pending I/Os waiting in the queue behind it."""
+from __future__ import annotations
+
+import os
+
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from zfsobs.model import Model
+from zfsobs.model.vdev_queue import SHORT
+
+WINDOW_S = 1.0
+BAR = 6
+EIGHTHS = " ▏▎▍▌▋▊▉█"
+
+
+def bar(value: float, limit: int | None, width: int = BAR) -> str:
+    """value of limit as a bar of `width` cells, in eighths."""
+    if not limit or limit <= 0:
+        return " " * width
+    eighths = max(0, min(width * 8, round(value / limit * width * 8)))
+    return ("█" * (eighths // 8) + (EIGHTHS[eighths % 8] if eighths % 8 else "")).ljust(width)
+
+
+def render_vq(model: Model, rows: int, now_ns: int | None) -> Panel:
+    window = model.vq.window(WINDOW_S, now_ns)
+    if not window:
+        note = "no vdev queue activity yet" if model.vq.series else "vdev queue: waiting for I/O"
+        if "vdev_queue" not in model.probes:
+            note = "vdev queue probe not running (see the status line)"
+        return Panel(Text(note, style="dim"), title="vdev queue", title_align="left")
+    classes = sorted({s.cls for _, s, _ in window})
+    limits = {}
+    for _, s, _ in window:
+        limits.setdefault(s.cls, s.max_active)
+    grid: dict[tuple, dict] = {}
+    names: dict[tuple, str] = {}
+    for vdev, s, w in window:
+        key = (vdev.pool, vdev.path, vdev.pid)
+        grid.setdefault(key, {})[s.cls] = (w, s.max_active)
+        names[key] = vdev
+    table = Table(expand=True, box=None, padding=(0, 1), header_style="bold")
+    table.add_column("vdev (act mean▕bar▏ max/limit, pend mean/max)", no_wrap=True, ratio=2)
+    for c in classes:
+        table.add_column(f"{SHORT[c]} ≤{limits[c] if limits[c] is not None else '?'}", no_wrap=True, ratio=3)
+    keys = sorted(grid, key=lambda k: (k[0], -_busy(grid[k]), k[1]))
+    pools = {k[0] for k in keys}
+    for key in keys[:rows]:
+        pool, path, pid = key
+        label = os.path.basename(path) + (f" {pool}" if len(pools) > 1 else "") + (f" [{pid}]" if pid else "")
+        table.add_row(label, *(_cell(grid[key].get(c)) for c in classes))
+    hidden = len(keys) - rows
+    title = f"vdev queue {'/'.join(sorted(pools))}, last {WINDOW_S:g} s: {len(keys)} vdevs" + (f" ({hidden} quieter not shown)" if hidden > 0 else "")
+    return Panel(table, title=title, title_align="left")
+
+
+def _busy(cells: dict) -> float:
+    return sum(w["act_mean"] + w["pend_mean"] for w, _ in cells.values())
+
+
+def _cell(item) -> Text:
+    if item is None:
+        return Text("")
+    w, limit = item
+    w = {k: max(0, v) for k, v in w.items()}      # a hair below 0 is rounding, not a real depth
+    full = limit is not None and w["act_max"] >= limit > 0
+    return Text.assemble(
+        (f"{w['act_mean']:4.1f}", "bold"), ("▕", "dim"), (bar(w["act_mean"], limit), "green"), ("▏", "dim"),
+        (f"{w['act_max']}", "bold red" if full else ""), (f"/{limit if limit is not None else '?'}", "dim"),
+        (f"  p {w['pend_mean']:.1f}/{w['pend_max']}", "yellow" if w["pend_max"] else "dim"))
