@@ -61,15 +61,24 @@ class Target:
         """libzpool's exported symbols: name -> ("func" | "data", address in the file)."""
         return _exported_symbols(self.path) if self.kind == "libzpool" else {}
 
+    @cached_property
+    def got_slots(self) -> dict[str, int]:
+        """Symbol -> file address of the GOT slot the library's own code reads it through."""
+        return _got_slots(self.path) if self.kind == "libzpool" else {}
+
     def global_address(self, symbol: str, probed: str) -> str | None:
         """A bpftrace expression for the run-time address of a global (a tunable), in a probe on
-        function `probed`'s entry: uprobe ip minus the function's file address is the load base."""
+        function `probed`'s entry: uprobe ip minus the function's file address is the load base.
+        Through the library's GOT slot: a program that uses the variable itself (zdb sets
+        zfs_vdev_async_read_max_active) gets a copy relocation, and the library's copy goes stale."""
         if self.kind != "libzpool":
             return f'kaddr("{symbol}")'
         sym, fn = self.symbols.get(symbol), self.symbols.get(probed)
         if not sym or not fn or sym[0] != "data" or fn[0] != "func":
             return None
-        return f'(reg("ip") - {fn[1]:#x} + {sym[1]:#x})'
+        base = f'reg("ip") - {fn[1]:#x}'
+        slot = self.got_slots.get(symbol)
+        return f"(*(uint64 *)({base} + {slot:#x}))" if slot else f"({base} + {sym[1]:#x})"
 
 
 def _exported_symbols(path: str) -> dict[str, tuple[str, int]]:
@@ -87,6 +96,19 @@ def _exported_symbols(path: str) -> dict[str, tuple[str, int]]:
             kind = "func" if parts[1] in ("T", "t", "W") else "data"
             names[parts[2]] = (kind, int(parts[0], 16))
     return names
+
+
+def _got_slots(path: str) -> dict[str, int]:
+    try:
+        out = subprocess.run(["readelf", "-rW", path], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return {}
+    slots = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 5 and parts[2] == "R_X86_64_GLOB_DAT":
+            slots[parts[4]] = int(parts[0], 16)
+    return slots
 
 
 def _kernel_functions() -> frozenset[str]:
