@@ -108,3 +108,30 @@ def test_zil_without_the_struct_layout_is_unavailable_not_fatal():
     from zfsobs.source import BpftraceSource
     src = BpftraceSource(kernel_target(TXG_FUNCS | ZIL_FUNCS), ("txg", "zil"))
     assert [r.name for r in src.rendered] == ["txg"] and "zil" in src.meta["unavailable"]
+
+
+VQ_FUNCS = {"vdev_queue_io", "vdev_queue_io_done", "zio_vdev_io_reissue", "zio_vdev_io_bypass",
+            "zio_vdev_delegated_io", "vdev_queue_change_io_priority", "vdev_free"}
+
+
+@pytest.mark.skipif(not find_libraries(), reason="needs an installed libzpool")
+def test_vdev_queue_reads_tunables_through_the_librarys_got_and_compiles(tmp_path):
+    lib = libzpool()
+    r = render("vdev_queue", lib)
+    code = "\n".join(code_lines(r.text))
+    assert set(r.functions) == VQ_FUNCS and r.dropped == []
+    assert not any(PLACEHOLDER.search(l) for l in code_lines(r.text))
+    assert "GLOBAL" not in code and "CONST" not in code and "DEPTH" not in code and "ISSUE" not in code
+    # every tunable is read through its GOT slot, relative to the probed function's own address
+    slot = lib.got_slots["zfs_vdev_async_write_max_active"]
+    assert f"+ {slot:#x}))" in code
+    assert all(f"reg(\"ip\") - {lib.symbols[fn][1]:#x}" in code for fn in ("vdev_queue_io", "vdev_queue_io_done", "vdev_free"))
+    if lib.version == "2.1.11":
+        assert "& 524288" in code and "+ 592)" in code     # ZIO_FLAG_DONT_QUEUE, zio->io_vd
+    compiles(r.text, tmp_path)
+
+
+def test_vdev_queue_on_the_kernel_uses_kaddr_but_needs_the_layout():
+    with pytest.raises(ZfsobsError, match="struct layout of kernel 2.1.11 unknown"):
+        render("vdev_queue", kernel_target(VQ_FUNCS))
+    assert kernel_target(VQ_FUNCS).global_address("zfs_vdev_max_active", "vdev_queue_io") == 'kaddr("zfs_vdev_max_active")'

@@ -6,7 +6,7 @@ import platform
 import shutil
 
 from zfsobs.errors import ZfsobsError
-from zfsobs.probes import available, render
+from zfsobs.probes import offsets_origin, available, render
 from zfsobs.source import bpftrace_version
 from zfsobs.targets import Target, find_libraries, kernel, libzpool
 
@@ -51,6 +51,8 @@ def checks() -> tuple[list[tuple[str, str, str]], bool]:
     traceable = False
     for t in targets:
         usable = (t.kind == "libzpool" and uprobes) or (t.kind == "kernel" and kprobes)
+        origin = offsets_origin(t)
+        rows.append((WARN if origin.startswith("unknown") else OK, f"struct layout {t.kind} {t.version}", origin))
         for name in available():
             try:
                 r = render(name, t)

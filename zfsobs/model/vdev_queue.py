@@ -22,6 +22,15 @@ BUCKETS = 24
 KEEP_NS = 600 * 10**9        # history kept per series (live windows, vqstat intervals)
 
 
+def lat_bucket(ns: int) -> int:
+    """The probe's bucket for a wait or device time (the same shifts as probes/linux/vdev_queue.bt)."""
+    b, x = 0, ns >> 11
+    while x > 0 and b < BUCKETS - 1:
+        x >>= 1
+        b += 1
+    return b
+
+
 def lat_bounds(b: int) -> tuple[int, float]:
     """[low, high) in ns of the probe's wait/device histogram bucket b."""
     low = 0 if b == 0 else 1024 << b
@@ -171,6 +180,8 @@ class VdevQueueModel:
         self.last_ts = ev.ts if self.last_ts is None else max(self.last_ts, ev.ts)
         vdev = self.vdevs.get((pid, vd))
         if vdev is None:
+            if ev.kind == "vq_lat":
+                return
             vdev = self.vdevs[(pid, vd)] = Vdev(pid, vd)
         if ev.kind == "vq_vdev":
             vdev.pool, vdev.path = str(f.get("pool")), str(f.get("path", "?"))
@@ -181,6 +192,8 @@ class VdevQueueModel:
             vdev.pool = str(f.get("pool"))
         s = self.series.get((pid, vd, cls))
         if s is None:
+            if ev.kind != "vq":     # histograms follow their vq line; alone they are another pool's
+                return
             s = self.series[(pid, vd, cls)] = Series(pid, vd, cls)
         if ev.kind == "vq":
             s.add(ev.ts, f)
