@@ -29,7 +29,7 @@ def bar(value: float, limit: int | None, width: int = BAR) -> str:
 def render_vq(model: Model, rows: int, now_ns: int | None) -> Panel:
     window = model.vq.window(WINDOW_S, now_ns)
     if not window:
-        note = "no vdev queue activity yet" if model.vq.series else "vdev queue: waiting for I/O"
+        note = "no queued I/O in the last second" if model.vq.series else "no queued I/O seen yet"
         if "vdev_queue" not in model.probes:
             note = "vdev queue probe not running (see the status line)"
         return Panel(Text(note, style="dim"), title="vdev queue", title_align="left")
