@@ -73,6 +73,9 @@ def test_no_kernel_zfs_here():
 def test_lab_option_must_be_a_tunable(tmp_path):
     one_line_error(run("lab", "-o", "garbage"), "expected NAME=INTEGER")
     one_line_error(run("top", "-o", "zfs_txg_timeout=1", "--target", "libzpool"), "lab only")
+    # record's -o is its output file: with -O too, a tunable must not silently become a file name
+    one_line_error(run("record", "--lab", "-o", "zfs_vdev_async_write_max_active=2", "-O", str(tmp_path / "c")),
+                   "--option NAME=VALUE")
 
 
 def test_record_refuses_to_overwrite(tmp_path):

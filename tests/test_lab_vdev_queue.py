@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
 
@@ -47,17 +48,19 @@ TRUTH_RE = re.compile(r"^@(amax|done)\[(\d+), (\S+), (\S+), (\d+)\]: (\d+)$")
 
 def record(tmp, limit, watch):
     """One lab capture; while it runs, the lab's vdev directory is listed every 0.2 s (the lab
-    removes it at exit), giving the files ztest made. Returns (events of the lab pool, files)."""
+    removes it at exit), giving the files ztest made. Returns (pool, events of the lab pool, files)."""
     cap = tmp / f"run{limit}.cap"
-    proc = subprocess.Popen(ZFSOBS + ["record", "--lab", "--lab-time", str(LAB_SECONDS), "-o",
-                                      f"zfs_vdev_async_write_max_active={limit}", "-O", str(cap)],
+    # --option, not -o: in `record`, -o names the output file
+    tunable = f"zfs_vdev_async_write_max_active={limit}"
+    proc = subprocess.Popen(ZFSOBS + ["record", "--lab", "--lab-time", str(LAB_SECONDS), "--option", tunable,
+                                      "-O", str(cap)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     files = set()
     deadline = time.time() + 400
     while proc.poll() is None and time.time() < deadline:
-        if watch:
-            files |= set(glob.glob(f"/*/*/zfsobs-lab-{proc.pid}-*/vdevs/*") +
-                         glob.glob(f"/tmp/zfsobs-lab-{proc.pid}-*/vdevs/*"))
+        if watch:   # the lab's roots (docs/lab.md); ztest also keeps its zpool.cache there
+            files |= {f for root in ("/dev/shm", "/var/tmp", tempfile.gettempdir())
+                      for f in glob.glob(f"{root}/zfsobs-lab-{proc.pid}-*/vdevs/*") if not f.endswith(".cache")}
         time.sleep(0.2)
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
@@ -65,6 +68,7 @@ def record(tmp, limit, watch):
     assert proc.returncode == 0, err
     capture = read_capture(str(cap))
     pool = capture.meta["lab"]["pool"]
+    assert capture.meta["lab"]["options"] == [tunable], f"lab ran without {tunable}: {capture.meta['lab']}"
     events = [ev for ev in parse_all(capture.lines, Parser())
               if ev.kind != "vq_lat" and (ev.get("pool") == pool or str(ev.get("pool")).startswith(pool + "_"))]
     return pool, events, files
@@ -111,6 +115,8 @@ def per_path(events):
         amax[key] = max(amax[key], ev.get("act_max"))
         done[key] += ev.get("done") - prev.get((pid, vd, cls), 0)
         prev[(pid, vd, cls)] = ev.get("done")
+        if ev.get("final"):     # the probe forgets a freed vdev: its address may start again from 0
+            del prev[(pid, vd, cls)]
         final[(key, vd)] = ev.get("final")
     exact = {k for k in done if all(f == 1 for (k2, _), f in final.items() if k2 == k)}
     return amax, done, exact
@@ -119,9 +125,10 @@ def per_path(events):
 def test_vdev_paths_are_the_lab_files_and_the_truths(runs):
     ours = {ev.get("path") for ev in runs["runs"][0] if ev.kind == "vq_vdev"}
     truth = {path for (_, path, _) in runs["truth"]["done"]}
-    assert ours, "no vq_vdev line of the lab pool"
-    assert len({p.rsplit("/", 1)[0] for p in ours}) == 1, f"vdevs outside one directory: {sorted(ours)}"
-    assert ours == runs["files"], f"probe paths {sorted(ours)} != files ztest made {sorted(runs['files'])}"
+    files = runs["files"]
+    assert ours and files, f"no vq_vdev line of the lab pool ({len(ours)}) or no vdev file seen ({len(files)})"
+    assert len({p.rsplit("/", 1)[0] for p in files}) == 1, f"vdev files outside one directory: {sorted(files)}"
+    assert ours == files, f"paths only in vq_vdev: {sorted(ours - files)}; files never in vq_vdev: {sorted(files - ours)}"
     # bpftrace's str() keeps 63 characters
     assert {p[:63] for p in ours} == truth, f"probe paths {sorted(ours)} != truth paths {sorted(truth)}"
 
@@ -131,6 +138,7 @@ def test_async_write_active_reaches_and_never_passes_the_limit(runs):
         lines = vq(events, ASYNC_WRITE)
         assert lines, f"run with limit {limit}: no async_write lines"
         top = max(ev.get("act_max") for ev in lines)
+        print(f"\nlimit {limit}: async_write act_max {top}, max_active fields {sorted({ev.get('max_active') for ev in lines})}")
         if limit == LIMITS[0]:
             assert top == limit, f"limit {limit}: highest async_write act_max {top}, want exactly {limit}"
             bad = {ev.get("max_active") for ev in lines} - {limit}
@@ -154,8 +162,12 @@ def test_conservation_and_littles_law_at_the_end(runs):
         assert last
         for ev in last.values():
             f = ev.fields
-            assert f["enq"] == f["issued"] + f["merged"] + f["pend"], f"enq != issued+merged+pend: {ev.line()}"
-            assert f["issued"] + f["aggs"] == f["done"] + f["act"], f"issued+aggs != done+act: {ev.line()}"
+            off = (f["enq"] - (f["issued"] + f["merged"] + f["pend"]),
+                   f["issued"] + f["aggs"] - (f["done"] + f["act"] + f["untracked_act"]))
+            # exact once freed; a line made mid-update on another CPU may be off by one (docs/vdev_queue.md)
+            assert off == (0, 0) if f["final"] else max(map(abs, off)) <= 2, f"I/Os not conserved {off}: {ev.line()}"
+            # a vdev is only freed idle
+            assert not f["final"] or f["pend"] == f["act"] == 0, f"freed vdev with I/O queued: {ev.line()}"
             if f["pend"] == f["act"] == 0:
                 # integral of depth over time == sum of each I/O's time in that state
                 assert f["pend_ns"] == f["wait_ns"], f"pend_ns != wait_ns: {ev.line()}"
@@ -166,23 +178,26 @@ def test_max_active_and_completions_equal_the_librarys_own_counters(runs):
     amax, done, exact = per_path(runs["runs"][0])
     tmax, tdone = runs["truth"]["amax"], runs["truth"]["done"]
     ours = {(pid, path[:63], cls): v for (pid, path, cls), v in amax.items()}
-    assert set(ours) == set(tmax), f"keys only ours {set(ours) - set(tmax)}, only truth {set(tmax) - set(ours)}"
+    bad_max = []
     for key, want in tmax.items():
-        got = ours[key]
-        if key[2] == ASYNC_WRITE:
-            assert got == want, f"{key}: act_max {got} != library's max active {want}"
-        else:
-            # our +1 comes just after the library's increment (at the return that hands the zio
-            # out), so a completion in between can hide the top by one
-            assert want - (want > 0) <= got <= want, f"{key}: act_max {got}, library's max active {want}"
-    matched = 0
+        got = ours.get(key)
+        # our +1 comes just after the library's increment (at the return that hands the zio out),
+        # so a completion in between can hide the top by one; not for the limited class
+        low = want if key[2] == ASYNC_WRITE else want - (want > 0)
+        if got is None or not low <= got <= want:
+            bad_max.append((key, got, want))
+    bad_done, matched = [], 0
     for (pid, path, cls), n in done.items():
-        want = tdone[(pid, path[:63], cls)]
-        if (pid, path, cls) in exact:
-            assert n == want, f"{(pid, path, cls)} ended final=1: done {n} != vdev_queue_io_done calls {want}"
-            matched += 1
-        else:   # up to 1 s after the last flush is lost if the process ended without vdev_free
-            assert n <= want, f"{(pid, path, cls)}: done {n} > vdev_queue_io_done calls {want}"
-    print(f"\nvdev_queue: {matched}/{len(done)} (pid, path, class) series exact, "
-          f"{len({p for _, p, _ in done})} vdevs, run 1+2 with truth took {runs['seconds']:.0f} s")
+        want = tdone.get((pid, path[:63], cls))
+        final = (pid, path, cls) in exact and want is not None
+        # not final: what came after the last flush is lost if the process ended without vdev_free
+        if n == want if final else n <= (want or 0):
+            matched += final
+        else:
+            bad_done.append(((pid, path, cls), n, want, "final" if final else "not final"))
+    print(f"\nvdev_queue: {matched}/{len(done)} (pid, path, class) series exact, {len({p for _, p, _ in done})} "
+          f"paths, {len(tmax)} truth keys; run 1+2 with truth took {runs['seconds']:.0f} s")
+    assert set(ours) == set(tmax), f"keys only ours {sorted(set(ours) - set(tmax))}, only truth {sorted(set(tmax) - set(ours))}"
+    assert not bad_max, f"{len(bad_max)} (key, act_max, library's max active) off: {bad_max[:10]}"
+    assert not bad_done, f"{len(bad_done)} (key, done, vdev_queue_io_done calls) off: {bad_done[:10]}"
     assert matched >= 0.5 * len(done), f"only {matched}/{len(done)} series ended with final=1"

@@ -35,21 +35,28 @@ def test_buckets_tile_the_line_and_match_the_probes_shifts():
 
 
 def test_every_line_conserves_ios_and_stays_within_its_class_limit(model):
-    lines = 0
+    """Exact once a vdev is idle (its final lines); a line made while another CPU is half-way
+    through an update may be off by one for that instant (values are cumulative: the next heals)."""
+    lines, torn = 0, 0
     for s in model.vq.series.values():
         for ln in s.lines:
             v = ln.values
             assert ln.pend >= 0 and ln.act >= 0 and ln.pend_max >= 0 and ln.act_max >= 0
-            assert v["enq"] == v["issued"] + v["merged"] + ln.pend        # every entered I/O is somewhere
-            assert v["issued"] + v["aggs"] == v["done"] + ln.act
+            off = (v["enq"] - (v["issued"] + v["merged"] + ln.pend),        # every entered I/O is somewhere
+                   v["issued"] + v["aggs"] - (v["done"] + ln.act + v["untracked_act"]))
+            if s.final and ln is s.last:
+                assert off == (0, 0), (s.pid, s.vd, s.cls, ln)
+            torn += off != (0, 0)
+            assert max(map(abs, off)) <= 2, (s.pid, s.vd, s.cls, ln)
             if s.max_active is not None:
                 assert ln.act_max <= s.max_active, (s.pid, s.cls, ln)
             lines += 1
-    assert lines > 100
+    assert lines > 100 and torn <= lines // 100
+    assert sum(s.final for s in model.vq.series.values()) > 10
 
 
 def test_littles_law_holds_exactly_for_vdevs_that_drained(model):
-    drained = [s for s in model.vq.series.values() if s.last.pend == 0 and s.last.act == 0 and s.last.values["enq"]]
+    drained = [s for s in model.vq.series.values() if s.final and s.last.pend == 0 and s.last.act == 0]
     assert len(drained) > 10
     for s in drained:
         v = s.last.values
@@ -126,5 +133,5 @@ def test_panel_shows_the_busiest_vdevs_with_their_class_limits(model):
     console.print(render_vq(model, 8, now))
     text = console.export_text()
     assert "vdev queue" in text and "≤" in text
-    vdev = model.vq.vdevs[(s.pid, s.vd)]
+    vdev = model.vq.vdev(s)
     assert any(v.path.rsplit("/", 1)[-1] in text for v in model.vq.vdevs.values() if v.pool == vdev.pool)

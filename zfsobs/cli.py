@@ -105,8 +105,8 @@ def _fix_record_args(ap, argv: list[str]) -> list[str]:
     # `record -o FILE` is the documented spelling; -o is the lab's tunable flag elsewhere.
     if argv and argv[0] == "record":
         head, sep, tail = _split_command(argv)
-        if head.count("-o") > 1:
-            ap.error("record: -o names the output file; give lab tunables with --option NAME=VALUE")
+        if head.count("-o") > 1 or ("-o" in head and {"-O", "--output", "--out"} & set(head)):
+            raise ZfsobsError("record: -o names the output file; give lab tunables with --option NAME=VALUE")
         head = ["--output" if a == "-o" else a for a in head]
         return head + sep + tail
     return argv
@@ -122,8 +122,8 @@ def _split_command(argv):
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = parser()
-    args = ap.parse_args(_fix_record_args(ap, argv))
     try:
+        args = ap.parse_args(_fix_record_args(ap, argv))
         return _dispatch(args)
     except ZfsobsError as exc:
         print(f"zfsobs: {exc}", file=sys.stderr)

@@ -17,7 +17,7 @@ CLASSES = ("sync_read", "sync_write", "async_read", "async_write", "scrub", "rem
            "initializing", "trim", "rebuild")
 SHORT = ("syncR", "syncW", "asyncR", "asyncW", "scrub", "remov", "init", "trim", "rebld")
 COUNTERS = ("enq", "enq_bytes", "issued", "merged", "aggs", "done", "done_bytes", "wait_ns", "dev_ns",
-            "pend_ns", "act_ns")
+            "pend_ns", "act_ns", "untracked", "untracked_act")
 BUCKETS = 24
 KEEP_NS = 600 * 10**9        # history kept per series (live windows, vqstat intervals)
 
@@ -67,6 +67,7 @@ class Series:
     pid: int
     vd: str
     cls: int
+    gen: int = 0
     max_active: int | None = None
     min_active: int | None = None
     lines: deque = field(default_factory=deque)
@@ -164,44 +165,51 @@ class Vdev:
     guid: int | None = None
     vdev_max: int | None = None
     final: bool = False
+    final_ts: int = 0
 
 
 class VdevQueueModel:
     kinds = ("vq", "vq_lat", "vq_vdev")
 
     def __init__(self):
-        self.series: dict[tuple[int, str, int], Series] = {}
-        self.vdevs: dict[tuple[int, str], Vdev] = {}
+        self.series: dict[tuple, Series] = {}       # (pid, vd, generation, class)
+        self.vdevs: dict[tuple, Vdev] = {}          # (pid, vd, generation)
+        self._gen: dict[tuple[int, str], int] = {}  # a vdev_t address freed and used again: a new vdev
         self.last_ts: int | None = None
 
     def feed(self, ev: Event) -> None:
         f = ev.fields
         pid, vd = int(f.get("pid") or 0), str(f.get("vd"))
         self.last_ts = ev.ts if self.last_ts is None else max(self.last_ts, ev.ts)
-        vdev = self.vdevs.get((pid, vd))
+        gen = self._gen.get((pid, vd), 0)
+        vdev = self.vdevs.get((pid, vd, gen))
+        if vdev is not None and vdev.final and ev.ts > vdev.final_ts:
+            gen = self._gen[(pid, vd)] = gen + 1
+            vdev = None
         if vdev is None:
             if ev.kind == "vq_lat":
                 return
-            vdev = self.vdevs[(pid, vd)] = Vdev(pid, vd)
+            vdev = self.vdevs[(pid, vd, gen)] = Vdev(pid, vd)
         if ev.kind == "vq_vdev":
             vdev.pool, vdev.path = str(f.get("pool")), str(f.get("path", "?"))
             vdev.guid, vdev.vdev_max, vdev.final = f.get("guid"), f.get("vdev_max"), bool(f.get("final"))
+            vdev.final_ts = ev.ts
             return
         cls = int(f.get("class") or 0)
         if ev.kind == "vq":
             vdev.pool = str(f.get("pool"))
-        s = self.series.get((pid, vd, cls))
+        s = self.series.get((pid, vd, gen, cls))
         if s is None:
             if ev.kind != "vq":     # histograms follow their vq line; alone they are another pool's
                 return
-            s = self.series[(pid, vd, cls)] = Series(pid, vd, cls)
+            s = self.series[(pid, vd, gen, cls)] = Series(pid, vd, cls, gen)
         if ev.kind == "vq":
             s.add(ev.ts, f)
         else:
             s.add_hist(ev.ts, int(f.get("kind") or 0), [int(f.get(f"b{b}") or 0) for b in range(BUCKETS)])
 
     def vdev(self, s: Series) -> Vdev:
-        return self.vdevs[(s.pid, s.vd)]
+        return self.vdevs[(s.pid, s.vd, s.gen)]
 
     def window(self, seconds: float, now: int | None = None) -> list[tuple[Vdev, Series, dict]]:
         """Every series with events in the last `seconds` (or depth left over), sorted by pool, path, class."""

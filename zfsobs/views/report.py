@@ -54,7 +54,8 @@ def _vdev_queue(model: Model) -> tuple[list[dict], dict]:
         wait, dev = s.hist[0], s.hist[1]
         row = {"pool": vdev.pool, "pid": vdev.pid, "vdev": vdev.path, "guid": vdev.guid,
                "class": vqm.CLASSES[s.cls], "max_active": s.max_active, "min_active": s.min_active}
-        row.update({k: t[k] for k in ("enq", "enq_bytes", "issued", "merged", "aggs", "done", "done_bytes")})
+        row.update({k: t[k] for k in ("enq", "enq_bytes", "issued", "merged", "aggs", "done", "done_bytes",
+                                      "untracked", "untracked_act")})
         row.update(pend_mean=_round(t["pend_mean"]), pend_max=t["pend_max"], act_mean=_round(t["act_mean"]),
                    act_max=t["act_max"], seconds=round(t["seconds"], 3),
                    wait_mean_ns=t["wait_ns"] // (t["issued"] + t["merged"]) if t["issued"] + t["merged"] else None,
@@ -64,12 +65,12 @@ def _vdev_queue(model: Model) -> tuple[list[dict], dict]:
         rows.append(row)
         agg = summary.setdefault(vdev.pool, {}).setdefault(vqm.CLASSES[s.cls], {
             "vdevs": set(), "enq": 0, "done": 0, "merged": 0, "aggs": 0, "done_bytes": 0, "wait_ns": 0,
-            "dev_ns": 0, "waits": 0, "act_max": 0, "pend_max": 0, "max_active": set(),
+            "dev_ns": 0, "untracked": 0, "waits": 0, "act_max": 0, "pend_max": 0, "max_active": set(),
             "wait_hist": [0] * vqm.BUCKETS, "dev_hist": [0] * vqm.BUCKETS})
         agg["vdevs"].add(vdev.path)
         if s.max_active is not None:
             agg["max_active"].add(s.max_active)
-        for k in ("enq", "done", "merged", "aggs", "done_bytes", "wait_ns", "dev_ns"):
+        for k in ("enq", "done", "merged", "aggs", "done_bytes", "wait_ns", "dev_ns", "untracked"):
             agg[k] += t[k]
         agg["waits"] += t["issued"] + t["merged"]
         agg["act_max"] = max(agg["act_max"], t["act_max"])
@@ -153,4 +154,8 @@ def _text(data: dict) -> str:
                          f"{ms(st['dev_mean_ns'], 3):>7}/{ms(st['dev_p99_ns'], 3)}")
     if not data["summary"]["vdev_queue"]:
         lines.append("(no vdev queue activity in this capture)")
+    untracked = sum(st["untracked"] for c in data["summary"]["vdev_queue"].values() for st in c.values())
+    if untracked:
+        lines.append(f"warning: {untracked} queued I/Os were not followed (more in flight than the probe's "
+                     "maps hold, BPFTRACE_MAP_KEYS_MAX); depths and counts exclude them")
     return "\n".join(lines) + "\n"
