@@ -10,6 +10,7 @@ A script in probes/linux/ is written once with placeholders:
   NCPU                     the number of possible CPUs (per-CPU counters never race)
   NAME;                    the lines between "// macro NAME" and "// end macro" (bpftrace 0.17
                            has no functions; a flush is written once and used twice)
+  // include FILE.btm      that file of the same directory, in place (macros kept apart)
 A statement whose OFF() this build lacks is replaced by the statement after its
 "// without offsets:" comment (which makes the value read as unavailable, -1), or left out.
 A probe block on a function the target lacks is left out, unless the header lists it under
@@ -33,6 +34,7 @@ _PROBE_RE = re.compile(r"\b(ENTRY|RETURN)\((\w+)\)")
 _OFF_RE = re.compile(r"\b(?:OFF|CONST)\(([\w.]+)\)")
 _GLOBAL_RE = re.compile(r"\bGLOBAL\((\w+)\)")
 _FALLBACK = "// without offsets:"
+_INCLUDE_RE = re.compile(r"^// include ([\w.-]+\.btm)$", re.M)
 _MACRO_RE = re.compile(r"^// macro (\w+)\n(.*?)^// end macro\n", re.M | re.S)
 
 
@@ -54,7 +56,7 @@ def source(name: str, platform: str = "linux") -> str:
     path = probes_dir() / platform / (name + suffix)
     if not path.is_file():
         raise ZfsobsError(f"no probe script {name!r} (have: {', '.join(available(platform))})")
-    return path.read_text()
+    return _INCLUDE_RE.sub(lambda m: (path.parent / m.group(1)).read_text(), path.read_text())
 
 
 def _build_entry(target: Target) -> dict:
