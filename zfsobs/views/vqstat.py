@@ -76,7 +76,9 @@ class Vqstat:
         if self.printed == 0 or self.verbose:
             self.out.write(self.header() + "\n")
         stamp = wallclock(self.meta, end).ljust(13) if self.timestamps else ""
-        for pool in sorted(pools) or ["-"]:
+        # pools with live vdevs print even when idle (zeros), as zpool iostat does
+        live = {v.pool for v in self.model.vq.vdevs.values() if not v.final and v.pool != "?"}
+        for pool in sorted(set(pools) | live) or ["-"]:
             self.out.write(stamp + self._line(pool, pools.get(pool, {})) + "\n")
             if self.verbose:
                 for key in sorted(k for k in vdevs if k[0] == pool):
