@@ -2,9 +2,11 @@
 libzpool under the lab's ztest); re-record them with ./scripts/record-fixtures."""
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
+import signal
 import subprocess
 import time
 
@@ -40,15 +42,20 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.get_closest_marker("lab") is not None)
 
 
-def start_truth(tmp, script: str, library: str):
+@contextlib.contextmanager
+def truth_running(tmp, script: str, library: str, stop_timeout: float = 60):
     """An independent ground-truth bpftrace (the test's own script, LIB = the library) writing
-    tmp/truth.out; returns (process, output file) once it has attached."""
+    tmp/truth.out, attached before the body runs and stopped (its END output written) after it."""
     path = tmp / "truth.bt"
     path.write_text(script.replace("LIB", library))
-    out = open(tmp / "truth.out", "w")
-    proc = subprocess.Popen(["bpftrace", str(path)], stdout=out, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 60
-    while "Attaching" not in (tmp / "truth.out").read_text():
-        assert proc.poll() is None and time.time() < deadline, "ground-truth bpftrace did not start"
-        time.sleep(0.2)
-    return proc, out
+    with open(tmp / "truth.out", "w") as out:
+        proc = subprocess.Popen(["bpftrace", str(path)], stdout=out, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.time() + 60
+            while "Attaching" not in (tmp / "truth.out").read_text():
+                assert proc.poll() is None and time.time() < deadline, "ground-truth bpftrace did not start"
+                time.sleep(0.2)
+            yield proc
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(stop_timeout)

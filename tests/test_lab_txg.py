@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 
 import pytest
 
-from conftest import lab_ready, start_truth
+from conftest import lab_ready, truth_running
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser
 from zfsobs.targets import libzpool
@@ -33,22 +32,17 @@ END { clear(@w); clear(@s); }
 """
 
 
-def start_txg_truth(tmp):
-    return start_truth(tmp, TRUTH, libzpool().path)
+def txg_truth(tmp):
+    return truth_running(tmp, TRUTH, libzpool().path, stop_timeout=30)
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("lab")
-    truth, out = start_txg_truth(tmp)
     cap = tmp / "x.cap"
-    try:
+    with txg_truth(tmp):
         res = subprocess.run(ZFSOBS + ["record", "--lab", "--duration", "20", "-o", str(cap)],
                              capture_output=True, text=True, timeout=300)
-    finally:
-        truth.send_signal(signal.SIGINT)
-        truth.wait(30)
-        out.close()
     assert res.returncode == 0, res.stderr
     stime, ret = {}, {}
     for line in (tmp / "truth.out").read_text().splitlines():
@@ -162,8 +156,7 @@ def test_lab_files_are_removed(run):
 
 def test_a_capture_killed_with_sigkill_stays_readable(tmp_path):
     cap = tmp_path / "killed.cap"
-    truth, out = start_txg_truth(tmp_path)
-    try:
+    with txg_truth(tmp_path):
         proc = subprocess.Popen(ZFSOBS + ["record", "--lab", "-o", str(cap)], stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 120
         while time.time() < deadline:          # wait until txgs are being written
@@ -174,10 +167,6 @@ def test_a_capture_killed_with_sigkill_stays_readable(tmp_path):
         killed_at = time.monotonic_ns()
         proc.kill()
         proc.wait()
-    finally:
-        truth.send_signal(signal.SIGINT)
-        truth.wait(30)
-        out.close()
     captured = read_capture(str(cap))
     assert captured.trailer is None and any("did not end cleanly" in w for w in captured.warnings)
     events = [ev for ev in map(Parser().parse, captured.lines) if ev]

@@ -16,7 +16,7 @@ from collections import defaultdict
 
 import pytest
 
-from conftest import lab_ready, start_truth
+from conftest import lab_ready, truth_running
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser, parse_all
 from zfsobs.targets import libzpool
@@ -81,13 +81,8 @@ def runs(tmp_path_factory):
         pytest.skip("the ground truth reads vdev_queue fields at 2.1.11 offsets")
     tmp = tmp_path_factory.mktemp("vq")
     started = time.time()
-    truth, out = start_truth(tmp, TRUTH, lib.path)
-    try:
+    with truth_running(tmp, TRUTH, lib.path):
         pool, first, files = record(tmp, LIMITS[0], watch=True)
-    finally:
-        truth.send_signal(signal.SIGINT)
-        truth.wait(60)
-        out.close()
     tmaps = {"amax": defaultdict(int), "done": defaultdict(int)}
     for line in (tmp / "truth.out").read_text().splitlines():
         m = TRUTH_RE.match(line)

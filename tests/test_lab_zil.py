@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import bisect
 import json
-import signal
 import subprocess
 import sys
 from collections import Counter
 
 import pytest
 
-from conftest import lab_ready, start_truth
+from conftest import lab_ready, truth_running
 from zfsobs.model.zil import LAT_BUCKETS, lat_bounds, lat_bucket, size_bin
 from zfsobs.targets import libzpool
 
@@ -47,16 +46,11 @@ def run(tmp_path_factory):
     if lib.version != "2.1.11":
         pytest.skip("the ground truth reads lwb fields at 2.1.11 offsets")
     tmp = tmp_path_factory.mktemp("zil")
-    truth, out = start_truth(tmp, TRUTH, lib.path)
     cap = tmp / "x.cap"
-    try:
+    with truth_running(tmp, TRUTH, lib.path, stop_timeout=30):
         res = subprocess.run(ZFSOBS + ["zilstat", "--lab", "--workload", "zil", "--lab-time", str(LAB_SECONDS),
                                        "--record", str(cap),
                                        "txg"], capture_output=True, text=True, timeout=300)
-    finally:
-        truth.send_signal(signal.SIGINT)
-        truth.wait(30)
-        out.close()
     assert res.returncode == 0, res.stderr
     report = subprocess.run(ZFSOBS + ["report", str(cap), "--format", "json"], capture_output=True,
                             text=True, timeout=120)

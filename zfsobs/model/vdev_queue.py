@@ -71,8 +71,7 @@ class Series:
     max_active: int | None = None
     min_active: int | None = None
     lines: deque = field(default_factory=deque)
-    hist: dict = field(default_factory=lambda: {0: [0] * BUCKETS, 1: [0] * BUCKETS})
-    hist_lines: deque = field(default_factory=deque)    # (ts, kind, cumulative buckets)
+    hist: dict = field(default_factory=lambda: {0: [0] * BUCKETS, 1: [0] * BUCKETS})   # latest, cumulative
     final: bool = False
     first: Line | None = None      # kept for whole-capture figures when old lines are dropped
     peak_pend: int = 0
@@ -91,22 +90,23 @@ class Series:
         while len(self.lines) > 2 and ts - self.lines[1].ts > KEEP_NS:
             self.lines.popleft()
 
-    def add_hist(self, ts: int, kind: int, buckets: list[int]) -> None:
+    def add_hist(self, kind: int, buckets: list[int]) -> None:
         self.hist[kind] = buckets
-        self.hist_lines.append((ts, kind, buckets))
-        while len(self.hist_lines) > 4 and ts - self.hist_lines[2][0] > KEEP_NS:
-            self.hist_lines.popleft()
 
     @property
     def last(self) -> Line:
         return self.lines[-1]
+
+    def _index(self, t: int) -> int:
+        """Index of the latest line at or before t (-1: none)."""
+        return bisect_right(self.lines, t, key=lambda ln: ln.ts) - 1
 
     def at(self, t: int) -> dict | None:
         """Cumulative values at time t. Between two lines: interpolated (what happened between them is
         only known in sum; lines come every 0.5 s while a vdev is busy). After the last line: the
         integrals grow by the depth it reported, which is exact since a vdev with events would have
         sent another line."""
-        i = bisect_right([ln.ts for ln in self.lines], t) - 1
+        i = self._index(t)
         if i < 0:
             return None
         ln = self.lines[i]
@@ -138,22 +138,11 @@ class Series:
         out["pend_mean"] = out["pend_ns"] / span
         out["act_mean"] = out["act_ns"] / span
         # lines in the window, and the first after it (its maxima cover the window's tail)
-        inside = [ln for ln in self.lines if t0 < ln.ts <= t1]
-        later = [ln for ln in self.lines if ln.ts > t1][:1]
-        inside += later
+        inside = [self.lines[i] for i in range(self._index(t0) + 1, min(self._index(t1) + 2, len(self.lines)))]
         out["pend_max"] = max([start["pend"]] + [ln.pend_max for ln in inside] + [ln.pend for ln in inside])
         out["act_max"] = max([start["act"]] + [ln.act_max for ln in inside] + [ln.act for ln in inside])
         out["pend"], out["act"] = end["pend"], end["act"]
         return out
-
-    def hist_window(self, kind: int, t0: int) -> list[int]:
-        """Histogram counts since t0 (whole history if the series is younger)."""
-        lines = [h for ts, k, h in self.hist_lines if k == kind]
-        older = [h for ts, k, h in self.hist_lines if k == kind and ts <= t0]
-        if not lines:
-            return [0] * BUCKETS
-        base = older[-1] if older else [0] * BUCKETS
-        return [a - b for a, b in zip(lines[-1], base)]
 
 
 @dataclass
@@ -206,7 +195,7 @@ class VdevQueueModel:
         if ev.kind == "vq":
             s.add(ev.ts, f)
         else:
-            s.add_hist(ev.ts, int(f.get("kind") or 0), [int(f.get(f"b{b}") or 0) for b in range(BUCKETS)])
+            s.add_hist(int(f.get("kind") or 0), [int(f.get(f"b{b}") or 0) for b in range(BUCKETS)])
 
     def vdev(self, s: Series) -> Vdev:
         return self.vdevs[(s.pid, s.vd, s.gen)]
