@@ -101,7 +101,7 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _fix_record_args(ap, argv: list[str]) -> list[str]:
+def _fix_record_args(argv: list[str]) -> list[str]:
     # `record -o FILE` is the documented spelling; -o is the lab's tunable flag elsewhere.
     if argv and argv[0] == "record":
         head, sep, tail = _split_command(argv)
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = parser()
     try:
-        args = ap.parse_args(_fix_record_args(ap, argv))
+        args = ap.parse_args(_fix_record_args(argv))
         return _dispatch(args)
     except ZfsobsError as exc:
         print(f"zfsobs: {exc}", file=sys.stderr)
