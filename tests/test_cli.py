@@ -1,6 +1,7 @@
 """Bad input gets one clear line and a non-zero exit, never a traceback."""
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -76,6 +77,28 @@ def test_lab_option_must_be_a_tunable(tmp_path):
     # record's -o is its output file: with -O too, a tunable must not silently become a file name
     one_line_error(run("record", "--lab", "-o", "zfs_vdev_async_write_max_active=2", "-O", str(tmp_path / "c")),
                    "--option NAME=VALUE")
+
+
+def test_zfs_version_choice(tmp_path):
+    one_line_error(run("lab", "--zfs", "2.5"), "no lab for OpenZFS '2.5' (have: 2.1, 2.3)")
+    one_line_error(run("record", "--lab", "--zfs", "9", "-o", str(tmp_path / "c")), "(have: 2.1, 2.3)")
+    one_line_error(run("top", "--zfs", "2.3", "--target", "libzpool"), "for the lab only")
+    one_line_error(run("vqstat", "--zfs", "2.3"), "for the lab only")
+    assert not (tmp_path / "c").exists()
+
+
+def test_zfs_23_not_installed(monkeypatch, capsys):
+    from zfsobs import cli, lab
+    gone = "/nonexistent/openzfs-2.3"
+    monkeypatch.setitem(lab.BUILDS, "2.3", lab.Build(f"{gone}/sbin/ztest", f"{gone}/lib", f"{gone}/sbin/zdb"))
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        assert cli.main(["lab", "--zfs", "2.3"]) != 0
+    finally:    # `lab` makes SIGTERM/SIGHUP raise; not in pytest's process
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("zfsobs: ") and "run ./scripts/setup" in err, err
 
 
 def test_record_refuses_to_overwrite(tmp_path):

@@ -30,11 +30,18 @@ def _target_args(p: argparse.ArgumentParser) -> None:
                    help="with --lab: a ZFS tunable for the lab's ztest (repeatable)")
     p.add_argument("--workload", default="default", metavar="W",
                    help="with --lab: default, or zil (one dataset, 16 KiB log blocks: a busier ZIL)")
+    _zfs_arg(p, "with --lab: ")
     p.add_argument("--lab-time", type=_positive, metavar="S",
                    help="with --lab: ztest runs S seconds and ends by itself, which ends the session "
                         "(a clean end: every commit and txg in flight completes)")
     p.add_argument("-p", "--pool", action="append", default=[], metavar="POOL",
                    help="only this pool (repeatable; default: all pools)")
+
+
+def _zfs_arg(p: argparse.ArgumentParser, scope: str = "") -> None:
+    # validated by the lab (one-line error listing the builds), not by argparse's choices
+    p.add_argument("--zfs", metavar="V", help=f"{scope}the OpenZFS to run: 2.1 (installed; the default) "
+                   "or 2.3 (scripts/setup's private copy, docs/lab.md)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -90,6 +97,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("lab", help="run the userland ZFS lab (ztest) in the foreground")
     p.add_argument("--duration", type=_positive, metavar="S", help="stop after S seconds")
     p.add_argument("--workload", default="default", metavar="W", help="default, or zil (a busier ZIL)")
+    _zfs_arg(p)
     p.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE")
 
     p = sub.add_parser("probes", help="list probe scripts, or show one rendered for a target")
@@ -264,7 +272,7 @@ def _lab(args) -> int:
     from zfsobs.lab import Lab
     from zfsobs.session import Terminated, raise_on_termination
     raise_on_termination()
-    lab = Lab(duration=args.duration, options=args.option, preset=args.workload)
+    lab = Lab(duration=args.duration, options=args.option, preset=args.workload, zfs=args.zfs)
     try:
         lab.start()
         print(f"zfsobs: lab running: ztest pid {lab.proc.pid} on {lab.target.name}, files in {lab.dir}"

@@ -8,12 +8,28 @@ import signal
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 
 from zfsobs.errors import ZfsobsError
 from zfsobs.procs import die_with_parent
 from zfsobs.targets import Target, libzpool, linked_library
 
 ZTEST = "/usr/sbin/ztest"
+# OpenZFS 2.3 from bookworm-backports, unpacked here by scripts/setup: its packages cannot be
+# installed next to 2.1's.
+OPENZFS_23 = "/var/lib/zfsobs/openzfs-2.3"
+
+
+@dataclass(frozen=True)
+class Build:
+    """An OpenZFS the lab can run: its ztest, and for a private install its libraries and zdb."""
+    ztest: str
+    libdir: str = ""       # on LD_LIBRARY_PATH, so ztest and zdb load this build's libraries
+    zdb: str = ""          # $ZDB: ztest checks its pool with zdb, else the one on PATH (2.1's)
+
+
+BUILDS = {"2.1": Build(ZTEST),
+          "2.3": Build(f"{OPENZFS_23}/sbin/ztest", f"{OPENZFS_23}/lib", f"{OPENZFS_23}/sbin/zdb")}
 PREFIX = "zfsobs-lab-"
 # Sizes for a 2-core, 24 GiB machine: 5 vdevs of 64 MiB grow to ~1 GiB of files in a 30 s run.
 VDEV_SIZE = "64M"
@@ -55,12 +71,29 @@ def _remove_stale(root: str) -> None:
             continue
 
 
+def _build(zfs: str | None) -> Build:
+    """The build `--zfs` names (None: the installed one), or a one-line reason it cannot run."""
+    build = BUILDS.get(zfs or "2.1")
+    if build is None:
+        raise ZfsobsError(f"no lab for OpenZFS {zfs!r} (have: {', '.join(BUILDS)})")
+    if not os.path.exists(build.ztest):
+        if build.libdir:
+            raise ZfsobsError(f"the OpenZFS {zfs} lab is not installed ({build.ztest} missing): run ./scripts/setup")
+        raise ZfsobsError(f"{build.ztest} not found: the lab needs ztest (package zfs-test); run ./scripts/setup")
+    return build
+
+
 class Lab:
     def __init__(self, duration: float | None = None, options: list[str] | None = None,
-                 library: str | None = None, preset: str = "default"):
-        if not os.path.exists(ZTEST):
-            raise ZfsobsError(f"{ZTEST} not found: the lab needs ztest (package zfs-test); run ./scripts/setup")
-        self.target: Target = libzpool(library or linked_library(ZTEST))
+                 library: str | None = None, preset: str = "default", zfs: str | None = None):
+        self.build = _build(zfs)
+        library = library or linked_library(self.build.ztest, self.build.libdir)
+        if not library and self.build.libdir:   # do not fall back to the system's libzpool
+            raise ZfsobsError(f"{self.build.ztest} finds no libzpool in {self.build.libdir}: run ./scripts/setup")
+        self.target: Target = libzpool(library)
+        if zfs and not self.target.version.startswith(zfs + "."):
+            raise ZfsobsError(f"--zfs {zfs}: {self.build.ztest} runs OpenZFS {self.target.version}")
+        self.zfs = zfs or ".".join(self.target.version.split(".")[:2])
         self.duration = duration
         if preset not in PRESETS:
             raise ZfsobsError(f"no lab workload {preset!r} (have: {', '.join(PRESETS)})")
@@ -93,9 +126,11 @@ class Lab:
         os.mkdir(vdevs)
         # ztest -o dlopen()s "libzpool.so", which Debian ships only as libzpool.so.N: give it one.
         os.symlink(self.target.path, os.path.join(libdir, "libzpool.so"))
-        env = dict(os.environ, LD_LIBRARY_PATH=libdir)
+        env = dict(os.environ, LD_LIBRARY_PATH=":".join(filter(None, (libdir, self.build.libdir))))
+        if self.build.zdb:
+            env["ZDB"] = self.build.zdb
         run_time = max(1, round(self.duration)) if self.duration else 10 * 365 * 86400
-        cmd = [ZTEST, "-T", str(run_time), "-P", str(PASS_SECONDS), "-k", "0",
+        cmd = [self.build.ztest, "-T", str(run_time), "-P", str(PASS_SECONDS), "-k", "0",
                "-s", VDEV_SIZE, "-f", vdevs, "-p", self.pool] + self.args
         for opt in self.options:
             cmd += ["-o", opt]

@@ -59,13 +59,13 @@ class Session:
             raise ZfsobsError(f"{args.record}: exists; choose another name or pass --force")
         if getattr(args, "lab", False):
             self.lab = Lab(duration=getattr(args, "lab_time", None), options=args.option,
-                           preset=getattr(args, "workload", "default"))
+                           preset=getattr(args, "workload", "default"), zfs=getattr(args, "zfs", None))
             target = self.lab.target
             tunables = self.lab.tunables
         else:
             if getattr(args, "option", None) or getattr(args, "lab_time", None) or \
-                    getattr(args, "workload", "default") != "default":
-                raise ZfsobsError("-o NAME=VALUE, --workload and --lab-time are for the lab only (use --lab); "
+                    getattr(args, "workload", "default") != "default" or getattr(args, "zfs", None):
+                raise ZfsobsError("-o NAME=VALUE, --workload, --lab-time and --zfs are for the lab only (use --lab); "
                                   "zfsobs never writes tunables of a real system")
             target = resolve(args.target)
         self.source = BpftraceSource(target, self.probes, tunables)
@@ -81,7 +81,9 @@ class Session:
             self.lab.start()
             self.source.meta["lab"] = {"dir": self.lab.dir, "pid": self.lab.proc.pid,
                                        "pool": self.lab.pool, "options": self.lab.options,
-                                       "workload": self.lab.preset, "ztest_args": self.lab.args}
+                                       "workload": self.lab.preset, "ztest_args": self.lab.args,
+                                       "zfs": self.lab.zfs, "zfs_version": self.lab.target.version,
+                                       "ztest": self.lab.build.ztest}
         pools = tuple(getattr(args, "pool", None) or ())
         prefixes = (self.lab.pool,) if self.lab else ()
         self.source.meta["pools"] = list(pools + prefixes)

@@ -6,6 +6,7 @@ script is attached to it (uprobe on a path, or kprobe). It never knows what a pr
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 import struct
@@ -134,10 +135,32 @@ def library_identity(path: str) -> tuple[str, str]:
     if data[:4] != b"\x7fELF":
         raise ZfsobsError(f"{path}: not an ELF shared library")
     match = _VERSION_RE.search(data)
-    version = match.group(1).decode() if match else "unknown"
     at = data.find(_BUILD_ID_NOTE)
     build_id = data[at + 16: at + 36].hex() if at >= 0 else ""
-    return version, build_id
+    if match:
+        return match.group(1).decode(), build_id
+    # 2.3's libzpool carries no version string: a build offsets.json lists, or scripts/setup's note
+    return _known_build(build_id) or _setup_version(path) or "unknown", build_id
+
+
+def _known_build(build_id: str) -> str:
+    from zfsobs.probes import probes_dir    # here: probes imports this module
+    try:
+        with open(probes_dir() / "offsets.json") as f:
+            table = json.load(f).get("libzpool", {})
+    except (OSError, ValueError):
+        return ""
+    return next((v for v, e in table.items() if build_id and build_id in e.get("build_ids", [])), "")
+
+
+def _setup_version(path: str) -> str:
+    """DIR/OPENZFS_VERSION (a Debian package version) beside DIR/lib, where scripts/setup unpacks a build."""
+    try:
+        with open(os.path.join(os.path.dirname(os.path.dirname(path)), "OPENZFS_VERSION")) as f:
+            match = re.match(r"(?:\d+:)?(\d+\.\d+\.\d+)", f.read().strip())
+    except OSError:
+        return ""
+    return match.group(1) if match else ""
 
 
 def find_libraries() -> list[str]:
@@ -150,16 +173,18 @@ def find_libraries() -> list[str]:
     return found
 
 
-def linked_library(program: str) -> str | None:
-    """The libzpool `program` loads (ldd), so the probes go where the lab's code runs."""
+def linked_library(program: str, libdir: str = "") -> str | None:
+    """The libzpool `program` loads (ldd; with `libdir` first on its library path), so the probes
+    go where the lab's code runs."""
+    env = dict(os.environ, LD_LIBRARY_PATH=libdir) if libdir else None
     try:
-        out = subprocess.run(["ldd", program], capture_output=True, text=True, timeout=10).stdout
+        out = subprocess.run(["ldd", program], capture_output=True, text=True, timeout=10, env=env).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None
     for line in out.splitlines():
         if "libzpool" in line and "=>" in line:
             path = line.split("=>")[1].split("(")[0].strip()
-            return path or None
+            return path if path.startswith("/") else None     # "not found"
     return None
 
 

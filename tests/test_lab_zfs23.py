@@ -1,0 +1,135 @@
+"""The OpenZFS 2.3 lab end to end: `zfsobs record --lab --zfs 2.3` runs bookworm-backports' ztest
+2.3.2 on its own libzpool (scripts/setup's private copy), and an independent bpftrace on that
+library is the ground truth for every txg. Each other probe works there or says why not."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+
+import pytest
+
+from conftest import lab_ready, truth_running
+from zfsobs import probes
+from zfsobs.capture import read_capture
+from zfsobs.events import Parser
+from zfsobs.lab import BUILDS
+from zfsobs.source import DEFAULT_PROBES
+
+ZFS23 = BUILDS["2.3"]
+
+
+def lab23_ready() -> str:
+    if lab_ready():
+        return lab_ready()
+    if not os.path.exists(ZFS23.ztest):
+        return f"needs the OpenZFS 2.3 lab ({ZFS23.ztest}): run ./scripts/setup"
+    return ""
+
+
+pytestmark = [pytest.mark.lab, pytest.mark.skipif(bool(lab23_ready()), reason=lab23_ready() or "ok")]
+
+ZFSOBS = [sys.executable, "-m", "zfsobs"]
+LAB_TIME = 5        # ztest's run; its pool creation and zdb checks add ~25 s around it
+# Ground truth, written without txg.bt: every spa_sync entry/return, and ZFS's own dirty count of
+# the txg (the txgs kstat's ndirty), which spa_txg_history_init_io stores in the txg_stat_t it
+# returns: txg at +0x300 and ndirty at +0x308 in 2.3.2 (its disassembly: movups %xmm0,0x300(ts)).
+TRUTH = r"""
+uprobe:LIB:spa_sync { @s[tid] = nsecs; @p[tid] = arg0; @t[tid] = arg1; }
+uretprobe:LIB:spa_sync /@s[tid]/ {
+    printf("R %d %s %llu %llu %llu\n", pid, str(@p[tid]), @t[tid], @s[tid], nsecs - @s[tid]);
+    delete(@s[tid]); delete(@p[tid]); delete(@t[tid]); }
+uprobe:LIB:spa_txg_history_init_io { @i[tid] = arg0; }
+uretprobe:LIB:spa_txg_history_init_io /@i[tid]/ {
+    printf("D %d %s %llu %llu\n", pid, str(@i[tid]), *(uint64 *)(retval + 0x300), *(uint64 *)(retval + 0x308));
+    delete(@i[tid]); }
+END { clear(@s); clear(@p); clear(@t); clear(@i); }
+"""
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("lab23")
+    cap = tmp / "x.cap"
+    library = os.path.realpath(os.path.join(ZFS23.libdir, "libzpool.so.6"))
+    started = time.monotonic()
+    with truth_running(tmp, TRUTH, library, stop_timeout=30):
+        res = subprocess.run(ZFSOBS + ["record", "--lab", "--zfs", "2.3", "--lab-time", str(LAB_TIME),
+                                       "-O", str(cap)], capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stderr
+    captured = read_capture(str(cap))
+    pool = captured.meta["lab"]["pool"]
+    syncs, dirty = [], defaultdict(list)
+    for parts in map(str.split, (tmp / "truth.out").read_text().splitlines()):
+        if parts[:1] == ["R"] and parts[2].startswith(pool):     # only this lab's pools
+            syncs.append((int(parts[1]), parts[2], int(parts[3]), int(parts[4]), int(parts[5])))
+        elif parts[:1] == ["D"] and parts[2].startswith(pool):
+            dirty[(int(parts[1]), parts[2], int(parts[3]))].append(int(parts[4]))
+    parser = Parser()
+    events = [ev for ev in map(parser.parse, captured.lines) if ev]
+    return {"meta": captured.meta, "trailer": captured.trailer, "events": events, "parser": parser, "syncs": syncs, "dirty": dirty,
+            "stderr": res.stderr, "seconds": time.monotonic() - started}
+
+
+def txgs(run):
+    return [ev.fields for ev in run["events"] if ev.kind == "txg"]
+
+
+def test_runs_the_23_build_and_says_so(run):
+    meta = run["meta"]
+    assert meta["target"]["zfs_version"] == "2.3.2"
+    assert meta["target"]["path"].startswith(os.path.realpath(ZFS23.libdir) + "/")
+    lab = meta["lab"]
+    assert (lab["zfs"], lab["zfs_version"], lab["ztest"]) == ("2.3", "2.3.2", ZFS23.ztest)
+    assert run["trailer"]["reason"] == "the lab's ztest run ended", run["stderr"]
+    assert run["parser"].malformed == 0
+    assert run["seconds"] < 90, run["seconds"]       # ~35 s here
+
+
+def test_every_sync_is_one_txg_event_with_its_time(run):
+    rows, syncs = txgs(run), run["syncs"]
+    assert len(syncs) >= 50, len(syncs)
+    # per process and pool, exactly the spa_sync calls the independent probe saw
+    assert Counter((r["pid"], r["pool"]) for r in rows) == Counter((s[0], s[1]) for s in syncs)
+    # a pool exported and imported again in one process reaches the same txg numbers: the nearest start
+    truth = defaultdict(list)
+    for pid, pool, txg, start, ns in syncs:
+        truth[(pid, pool, txg)].append((start, ns))
+    agreeing = 0
+    for r in rows:
+        start, ns = min(truth[(r["pid"], r["pool"], r["txg"])], key=lambda s: abs(s[0] - r["start"]))
+        assert abs(r["start"] - start) < 50_000, (r, start)      # two probes on one entry
+        # 5 %, or 20 us for syncs so short that the order of two uprobe traps is 5 % of them
+        agreeing += abs(r["sync_ns"] - ns) <= max(0.05 * ns, 20_000)
+    assert agreeing >= 0.95 * len(rows), (agreeing, len(rows))
+
+
+def test_dirty_is_zfs_own_ndirty(run):
+    # the 2.3.2 dsl_pool offset (probes/offsets.json) reads what ZFS itself records for the txg
+    ours = defaultdict(list)
+    for r in txgs(run):
+        ours[(r["pid"], r["pool"], r["txg"])].append(r["dirty"])
+    assert {k: sorted(v) for k, v in ours.items()} == {k: sorted(v) for k, v in run["dirty"].items()}
+    assert max(max(v) for v in ours.values()) > 0
+
+
+def test_each_other_probe_works_or_says_why_not(run):
+    meta, events = run["meta"], run["events"]
+    kinds = Counter(ev.kind for ev in events)
+    for name in DEFAULT_PROBES:
+        if name in meta["unavailable"]:
+            assert len(meta["unavailable"][name]) > 20, meta["unavailable"][name]   # a reason
+            continue
+        assert name in meta["probes"], name
+        emitted = set(re.findall(r"zfsobs 1 (\w+) ", probes.source(name))) - {"hello"}
+        assert sum(kinds[k] for k in emitted) > 0, (name, emitted, kinds)
+    lab_pool = meta["lab"]["pool"]
+    zil = [ev.fields for ev in events if ev.kind == "zil"]
+    assert sum(z["commits"] for z in zil) > 0 and all(z["pool"].startswith(lab_pool) for z in zil)
+    # 2.3.2's vdev_t offsets: every vdev path is one of the lab's file vdevs
+    paths = {ev.fields["path"] for ev in events if ev.kind == "vq_vdev"}
+    vdevs = os.path.join(meta["lab"]["dir"], "vdevs") + "/"
+    assert paths and all(p.startswith(vdevs + lab_pool) for p in paths), paths
