@@ -34,6 +34,8 @@ pytestmark = [pytest.mark.lab, pytest.mark.skipif(bool(lab23_ready()), reason=la
 
 ZFSOBS = [sys.executable, "-m", "zfsobs"]
 LAB_TIME = 5        # ztest's run; its pool creation and zdb checks add ~25 s around it
+# ztest -o reaches the library through the lab's libzpool.so symlink (docs/lab.md): 2 shows in act_max
+TUNABLE = "zfs_vdev_async_write_max_active=2"
 # Ground truth, written without txg.bt: every spa_sync entry/return, and ZFS's own dirty count of
 # the txg (the txgs kstat's ndirty), which spa_txg_history_init_io stores in the txg_stat_t it
 # returns: txg at +0x300 and ndirty at +0x308 in 2.3.2 (its disassembly: movups %xmm0,0x300(ts)).
@@ -58,7 +60,7 @@ def run(tmp_path_factory):
     started = time.monotonic()
     with truth_running(tmp, TRUTH, library, stop_timeout=30):
         res = subprocess.run(ZFSOBS + ["record", "--lab", "--zfs", "2.3", "--lab-time", str(LAB_TIME),
-                                       "-O", str(cap)], capture_output=True, text=True, timeout=180)
+                                       "--option", TUNABLE, "-O", str(cap)], capture_output=True, text=True, timeout=180)
     assert res.returncode == 0, res.stderr
     captured = read_capture(str(cap))
     pool = captured.meta["lab"]["pool"]
@@ -84,6 +86,7 @@ def test_runs_the_23_build_and_says_so(run):
     assert meta["target"]["path"].startswith(os.path.realpath(ZFS23.libdir) + "/")
     lab = meta["lab"]
     assert (lab["zfs"], lab["zfs_version"], lab["ztest"]) == ("2.3", "2.3.2", ZFS23.ztest)
+    assert meta["tunables"] == {"zfs_vdev_async_write_max_active": 2}
     assert run["trailer"]["reason"] == "the lab's ztest run ended", run["stderr"]
     assert run["parser"].malformed == 0
     assert run["seconds"] < 90, run["seconds"]       # ~35 s here
@@ -133,3 +136,9 @@ def test_each_other_probe_works_or_says_why_not(run):
     paths = {ev.fields["path"] for ev in events if ev.kind == "vq_vdev"}
     vdevs = os.path.join(meta["lab"]["dir"], "vdevs") + "/"
     assert paths and all(p.startswith(vdevs + lab_pool) for p in paths), paths
+
+
+def test_a_lab_tunable_reaches_the_23_library(run):
+    # act_max holds the library's own active count at every completion; async_write is class 3
+    act = [ev.fields["act_max"] for ev in run["events"] if ev.kind == "vq" and ev.fields["class"] == 3]
+    assert act and max(act) == 2, Counter(act)
