@@ -99,8 +99,8 @@ def vq(events, cls=None):
 
 
 def per_path(events):
-    """Per (pid, path, class): max act_max, done (sum of the deltas of each (pid, vd, class) series,
-    attributed to the path of the same flush: a freed vdev's address may be reused) and whether
+    """Per (pid, path, class): max act_max, done + unseen (sum of the deltas of each (pid, vd, class)
+    series, attributed to the path of the same flush: a freed vdev's address may be reused) and whether
     every series of that key ended with final=1."""
     paths = {(ev.get("pid"), ev.get("vd"), ev.ts): ev.get("path") for ev in events if ev.kind == "vq_vdev"}
     amax, done, final, prev = defaultdict(int), defaultdict(int), {}, {}
@@ -108,8 +108,10 @@ def per_path(events):
         pid, vd, cls = ev.get("pid"), ev.get("vd"), ev.get("class")
         key = (pid, paths[(pid, vd, ev.ts)], cls)
         amax[key] = max(amax[key], ev.get("act_max"))
-        done[key] += ev.get("done") - prev.get((pid, vd, cls), 0)
-        prev[(pid, vd, cls)] = ev.get("done")
+        # every completion the library made: the ones followed and the ones never seen issued
+        seen = ev.get("done") + ev.get("unseen")
+        done[key] += seen - prev.get((pid, vd, cls), 0)
+        prev[(pid, vd, cls)] = seen
         if ev.get("final"):     # the probe forgets a freed vdev: its address may start again from 0
             del prev[(pid, vd, cls)]
         final[(key, vd)] = ev.get("final")
@@ -204,7 +206,13 @@ def test_max_active_and_completions_equal_the_librarys_own_counters(runs):
             matched += final
         else:
             bad_done.append(((pid, path, cls), n, want, "final" if final else "not final"))
-    print(f"\nvdev_queue: {matched}/{len(done)} (pid, path, class) series exact, {len({p for _, p, _ in done})} "
+    # completions the probe never saw issued: the kernel may skip a BPF program (seen once in CI,
+    # 64 scrub I/Os of one process); they must be counted, and rare
+    last = [ev for ev in vq(runs["runs"][0]) if ev.get("final")]     # one per vdev incarnation and class
+    unseen, followed = sum(ev.get("unseen") for ev in last), sum(ev.get("done") for ev in last)
+    print(f"\nvdev_queue: {unseen} of {unseen + followed} completions never seen issued")
+    assert unseen <= 0.01 * followed, f"{unseen} completions never seen issued, {followed} followed"
+    print(f"vdev_queue: {matched}/{len(done)} (pid, path, class) series exact, {len({p for _, p, _ in done})} "
           f"paths, {len(tmax)} truth keys; run 1+2 with truth took {runs['seconds']:.0f} s")
     assert set(ours) == set(tmax), f"keys only ours {sorted(set(ours) - set(tmax))}, only truth {sorted(set(tmax) - set(ours))}"
     assert not bad_max, f"{len(bad_max)} (key, act_max, library's max active) off: {bad_max[:10]}"

@@ -6,6 +6,7 @@ import platform
 import shutil
 
 from zfsobs.errors import ZfsobsError
+from zfsobs.model.vdev_cache import ENABLE_HINT
 from zfsobs.probes import offsets_origin, available, render
 from zfsobs.source import bpftrace_version
 from zfsobs.targets import Target, find_libraries, kernel, libzpool
@@ -57,7 +58,10 @@ def checks() -> tuple[list[tuple[str, str, str]], bool]:
             try:
                 r = render(name, t)
             except ZfsobsError as exc:
-                rows.append((BAD, f"metric {name} on {t.kind} {t.version}", str(exc)))
+                # a feature the release removed is a state, not a failure
+                gone = name == "vdev_cache" and "vdev_cache_read" not in t.functions
+                rows.append((WARN if gone else BAD, f"metric {name} on {t.kind} {t.version}",
+                             f"absent: {exc}" if gone else str(exc)))
                 continue
             state = OK if usable and root and bpftrace else WARN
             detail = f"probes {', '.join(r.functions)}"
@@ -66,9 +70,25 @@ def checks() -> tuple[list[tuple[str, str, str]], bool]:
                 state = WARN if state == OK else state
             if not (usable and root and bpftrace):
                 detail = "traceable once the failures above are fixed; " + detail
+            if name == "vdev_cache":
+                detail = f"{vdev_cache_state(t)}; {detail}"
             rows.append((state, f"metric {name} on {t.kind} {t.version}", detail))
             traceable |= bool(usable and root and bpftrace)
     return rows, traceable
+
+
+def vdev_cache_state(t: Target) -> str:
+    """active / disabled, as far as it can be known before tracing: the kernel's module parameter
+    (fixed at load), or for libzpool the default each process starts with (-o can change it)."""
+    if t.kind == "kernel":
+        try:
+            with open("/sys/module/zfs/parameters/zfs_vdev_cache_size") as f:
+                size = int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            return "zfs_vdev_cache_size unreadable"
+        return f"active: zfs_vdev_cache_size={size}" if size > 0 else f"disabled: zfs_vdev_cache_size=0; {ENABLE_HINT}"
+    return ("disabled by default (zfs_vdev_cache_size=0) in each process; a process started with "
+            "-o zfs_vdev_cache_size=N has it on (the live view shows which)")
 
 
 def run(out) -> int:

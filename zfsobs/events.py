@@ -21,6 +21,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "vq": ("pool", "vd", "class"),
     "vq_lat": ("vd", "class", "kind"),
     "vq_vdev": ("pool", "vd"),
+    "vc": ("pool", "vd", "size"),
 }
 
 

@@ -14,8 +14,9 @@ A script in probes/linux/ is written once with placeholders:
 A statement whose OFF() this build lacks is replaced by the statement after its
 "// without offsets:" comment (which makes the value read as unavailable, -1), or left out.
 A probe block on a function the target lacks is left out, unless the header lists it under
-"Requires:", which makes the whole script unavailable on that target; so does an offset listed
-under "Requires offsets:" that this build lacks.
+"Requires:", which makes the whole script unavailable on that target (its "Absent:" line says
+why, if the feature is gone from later releases); so does an offset listed under "Requires offsets:"
+that this build lacks.
 """
 from __future__ import annotations
 
@@ -132,8 +133,9 @@ def render(name: str, target: Target) -> Rendered:
     have = target.functions
     missing_required = [fn for fn in required_functions(text) if fn not in have]
     if missing_required:
+        absent = re.search(r"^\s*\*\s*Absent:\s*(.+)$", text, re.M)
         raise ZfsobsError(f"probe {name}: function {', '.join(missing_required)} not in this ZFS build "
-                          f"({target.name}); the metric cannot be traced here")
+                          f"({target.name}); " + (absent.group(1) if absent else "the metric cannot be traced here"))
     offsets = offsets_for(target)
     missing_offsets = [f for f in required_offsets(text) if f not in offsets]
     if missing_offsets:

@@ -132,7 +132,18 @@ class Session:
             self.reason = "interrupted (SIGINT)"
         except Terminated as exc:
             self.reason = f"terminated ({exc})"
+        self._drain()
         self.status.message = self.reason
+
+    def _drain(self) -> None:
+        """The probes' last lines into the model and capture before anything closes: a process's
+        final counts are printed as it exits, often after the session decided to stop. A second
+        SIGINT/SIGTERM during the drain cuts it short; what was read is kept either way."""
+        try:
+            for line in self.source.finish():
+                self.pipeline.feed_line(line)
+        except (KeyboardInterrupt, Terminated):
+            pass
 
     def _close_capture(self) -> None:
         trailer = {"end_wall_ns": time.time_ns(), "end_mono_ns": time.monotonic_ns(),

@@ -25,7 +25,7 @@ _LOST_RE = re.compile(r"^Lost (\d+) events")
 # bpftrace chatter on stderr that is not an error on these machines.
 _NOISE = ("couldn't set RLIMIT_MEMLOCK", "Error while reading traceable functions",
           "WARNING: ", "Attaching ")
-DEFAULT_PROBES = ("txg", "zil", "vdev_queue")
+DEFAULT_PROBES = ("txg", "zil", "vdev_queue", "vdev_cache")
 REQUIRED_PROBES = ("txg",)     # the backbone; the others are left out where the target cannot give them
 START_TIMEOUT = 60.0
 # Per-CPU counter keys (the zil probe) multiply with CPUs and pools: room for 64k keys per map
@@ -91,6 +91,7 @@ class BpftraceSource:
         self._procs: list[tuple[str, subprocess.Popen]] = []
         self._stderr: dict[str, list[str]] = {}
         self._attached: set[str] = set()
+        self._pumps: list[threading.Thread] = []
         self._dir = ""
         self.ended = ""           # why the source stopped, once it has
 
@@ -105,8 +106,10 @@ class BpftraceSource:
                                     bufsize=1, preexec_fn=_child_setup, start_new_session=True)
             self._procs.append((r.name, proc))
             self._stderr[r.name] = []
-            threading.Thread(target=self._pump, args=(r.name, proc.stdout, False), daemon=True).start()
-            threading.Thread(target=self._pump, args=(r.name, proc.stderr, True), daemon=True).start()
+            for stream, is_err in ((proc.stdout, False), (proc.stderr, True)):
+                pump = threading.Thread(target=self._pump, args=(r.name, stream, is_err), daemon=True)
+                pump.start()
+                self._pumps.append(pump)
         self._started = time.monotonic()
         return self
 
@@ -166,14 +169,33 @@ class BpftraceSource:
     def attached(self) -> bool:
         return len(self._attached) == len(self._procs)
 
-    def close(self) -> None:
-        """Stop every bpftrace (SIGINT lets it detach its probes), then clean up."""
+    def finish(self, timeout: float = 5.0) -> list[str]:
+        """Stop the probes and return every line they still had: what the kernel's buffers held and
+        bpftrace had not printed yet (e.g. the final counts of a process that just exited). SIGINT
+        makes bpftrace print what is buffered, run END and exit; its pipes then reach EOF."""
+        self._signal(signal.SIGINT)
+        deadline = time.monotonic() + timeout
+        for pump in self._pumps:
+            pump.join(max(0.0, deadline - time.monotonic()))
+        lines = []
+        try:
+            while True:
+                lines.append(self._queue.get_nowait())
+        except queue.Empty:
+            pass
+        return lines
+
+    def _signal(self, sig: int) -> None:
         for _, proc in self._procs:
             if proc.poll() is None:
                 try:
-                    os.killpg(proc.pid, signal.SIGINT)
+                    os.killpg(proc.pid, sig)
                 except ProcessLookupError:
                     pass
+
+    def close(self) -> None:
+        """Stop every bpftrace (SIGINT lets it detach its probes), then clean up."""
+        self._signal(signal.SIGINT)
         for _, proc in self._procs:
             try:
                 proc.wait(10)

@@ -8,6 +8,7 @@ from collections import deque
 
 from zfsobs.events import Event
 from zfsobs.model.txg import KEEP, TxgModel
+from zfsobs.model.vdev_cache import VdevCacheModel
 from zfsobs.model.vdev_queue import VdevQueueModel
 from zfsobs.model.zil import ZilModel
 
@@ -19,7 +20,8 @@ class Model:
         self.txg = TxgModel(keep)
         self.zil = ZilModel(keep)
         self.vq = VdevQueueModel()
-        self._routes = {kind: part for part in (self.txg, self.zil, self.vq) for kind in part.kinds}
+        self.vc = VdevCacheModel()
+        self._routes = {kind: part for part in (self.txg, self.zil, self.vq, self.vc) for kind in part.kinds}
         self.probes: dict[str, str] = {}      # probe name -> target kind, from hello events
         self.lost = 0
         self.events = 0

@@ -17,7 +17,7 @@ CLASSES = ("sync_read", "sync_write", "async_read", "async_write", "scrub", "rem
            "initializing", "trim", "rebuild")
 SHORT = ("syncR", "syncW", "asyncR", "asyncW", "scrub", "remov", "init", "trim", "rebld")
 COUNTERS = ("enq", "enq_bytes", "issued", "merged", "aggs", "done", "done_bytes", "wait_ns", "dev_ns",
-            "pend_ns", "act_ns", "untracked", "untracked_act")
+            "pend_ns", "act_ns", "untracked", "untracked_act", "unseen")
 BUCKETS = 24
 KEEP_NS = 600 * 10**9        # history kept per series (live windows, vqstat intervals)
 

@@ -10,10 +10,11 @@ from zfsobs.capture import Capture
 from zfsobs.events import Parser, parse_all
 from zfsobs.model import Model
 from zfsobs.model import vdev_queue as vqm
+from zfsobs.model.vdev_cache import derive
 from zfsobs.model.zil import lat_bounds
 from zfsobs.views.units import ms, mib, size
 
-SECTIONS = ("txgs", "zil", "vdev_queue")
+SECTIONS = ("txgs", "zil", "vdev_queue", "vdev_cache")
 
 
 def build(capture: Capture) -> tuple[Model, Parser]:
@@ -43,8 +44,21 @@ def as_dict(capture: Capture) -> dict:
         st["max_rate_nused"] = zil.pools[pool].max_rate(span[0][0] - 1, span[-1][0]) if span else 0.0
         zil_summary[pool] = st
     vq_rows, vq_summary = _vdev_queue(model)
+    vc_rows, vc_summary = _vdev_cache(model, meta)
     return {"meta": meta, "txgs": rows, "zil": [r.as_dict() for r in zil_rows], "vdev_queue": vq_rows,
-            "summary": {"txg": summary, "zil": zil_summary, "vdev_queue": vq_summary}}
+            "vdev_cache": vc_rows,
+            "summary": {"txg": summary, "zil": zil_summary, "vdev_queue": vq_summary, "vdev_cache": vc_summary}}
+
+
+def _vdev_cache(model: Model, meta: dict) -> tuple[list[dict], dict]:
+    """A row per vdev incarnation; the state (active/disabled/absent/unknown) and per-pool figures."""
+    state, why = model.vc.state(meta.get("unavailable", {}).get("vdev_cache"))
+    rows = [{"pool": v.pool, "pid": v.pid, "vdev": v.path, "guid": v.guid, "size": v.size, "max": v.max,
+             "bshift": v.bshift, **{k: _round(x) if isinstance(x, float) else x for k, x in derive(t).items()}}
+            for v, t in model.vc.rows()]
+    pools = {pool: {k: _round(x) if isinstance(x, float) else x for k, x in derive(t).items()}
+             for pool, t in sorted(model.vc.by_pool().items())}
+    return rows, {"state": state, "why": why, "pools": pools}
 
 
 def _vdev_queue(model: Model) -> tuple[list[dict], dict]:
@@ -55,7 +69,7 @@ def _vdev_queue(model: Model) -> tuple[list[dict], dict]:
         row = {"pool": vdev.pool, "pid": vdev.pid, "vdev": vdev.path, "guid": vdev.guid,
                "class": vqm.CLASSES[s.cls], "max_active": s.max_active, "min_active": s.min_active}
         row.update({k: t[k] for k in ("enq", "enq_bytes", "issued", "merged", "aggs", "done", "done_bytes",
-                                      "untracked", "untracked_act")})
+                                      "untracked", "untracked_act", "unseen")})
         row.update(pend_mean=_round(t["pend_mean"]), pend_max=t["pend_max"], act_mean=_round(t["act_mean"]),
                    act_max=t["act_max"], seconds=round(t["seconds"], 3),
                    wait_mean_ns=t["wait_ns"] // (t["issued"] + t["merged"]) if t["issued"] + t["merged"] else None,
@@ -65,12 +79,12 @@ def _vdev_queue(model: Model) -> tuple[list[dict], dict]:
         rows.append(row)
         agg = summary.setdefault(vdev.pool, {}).setdefault(vqm.CLASSES[s.cls], {
             "vdevs": set(), "enq": 0, "done": 0, "merged": 0, "aggs": 0, "done_bytes": 0, "wait_ns": 0,
-            "dev_ns": 0, "untracked": 0, "waits": 0, "act_max": 0, "pend_max": 0, "max_active": set(),
+            "dev_ns": 0, "untracked": 0, "unseen": 0, "waits": 0, "act_max": 0, "pend_max": 0, "max_active": set(),
             "wait_hist": [0] * vqm.BUCKETS, "dev_hist": [0] * vqm.BUCKETS})
         agg["vdevs"].add(vdev.path)
         if s.max_active is not None:
             agg["max_active"].add(s.max_active)
-        for k in ("enq", "done", "merged", "aggs", "done_bytes", "wait_ns", "dev_ns", "untracked"):
+        for k in ("enq", "done", "merged", "aggs", "done_bytes", "wait_ns", "dev_ns", "untracked", "unseen"):
             agg[k] += t[k]
         agg["waits"] += t["issued"] + t["merged"]
         agg["act_max"] = max(agg["act_max"], t["act_max"])
@@ -158,4 +172,19 @@ def _text(data: dict) -> str:
     if untracked:
         lines.append(f"warning: {untracked} queued I/Os were not followed (more in flight than the probe's "
                      "maps hold, BPFTRACE_MAP_KEYS_MAX); depths and counts exclude them")
+    unseen = sum(st["unseen"] for c in data["summary"]["vdev_queue"].values() for st in c.values())
+    if unseen:
+        lines.append(f"warning: {unseen} device I/Os completed that the probe never saw issued (untracked, or "
+                     "probe events the kernel dropped); done counts exclude them")
+    vc = data["summary"]["vdev_cache"]
+    lines += ["", f"vdev_cache: {vc['state']}: {vc['why']}"]
+    if vc["state"] == "active":
+        lines.append("pool                    reads     hits   misses declined   asked(cached)  device(fills)"
+                     "  inflation    net  all: device/asked")
+        for pool, st in vc["pools"].items():
+            def x(v):
+                return "-" if v is None else f"{v:.2f}x"
+            lines.append(f"{pool:<20} {st['reads']:>8} {st['hits']:>8} {st['misses']:>8} {st['declined']:>8} "
+                         f"{size(st['hit_bytes'] + st['miss_bytes']):>15} {size(st['fill_bytes']):>14} "
+                         f"{x(st['inflation']):>10} {x(st['net']):>6} {x(st['amplification']):>18}")
     return "\n".join(lines) + "\n"

@@ -8,6 +8,7 @@ from zfsobs.model import Model
 from zfsobs.views.header import render_header
 from zfsobs.views.status import Status
 from zfsobs.views.txg_panel import render_txg
+from zfsobs.views.vc_panel import render_vc
 from zfsobs.views.vq_panel import render_vq
 from zfsobs.views.zil_panel import render_zil
 
@@ -20,5 +21,8 @@ def render_screen(model: Model, status: Status, height: int, now_ns: int | None 
     txg_rows = max(3, body // panels // txg_pools - 4)
     zil_rows = max(3, body // panels // zil_pools - 5)
     vq_rows = max(4, body // panels - 3)
+    # the vdev_cache panel is one line unless the cache is on (then it takes a few vdev rows)
+    vc_rows = 3 if model.vc.state()[0] == "active" else 0
     return Group(Panel(render_header(model, status, now_ns)), render_txg(model.txg, txg_rows),
-                 render_zil(model, zil_rows, now_ns), render_vq(model, vq_rows, now_ns))
+                 render_zil(model, zil_rows, now_ns), render_vq(model, max(4, vq_rows - vc_rows), now_ns),
+                 render_vc(model, status.meta, vc_rows, now_ns))

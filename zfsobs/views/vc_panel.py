@@ -1,0 +1,61 @@
+"""The vdev_cache panel. Usually one line: the cache is disabled (zfs_vdev_cache_size=0) or absent
+(OpenZFS >= 2.2), and the panel says which. When it is on: per pool and busiest vdevs, over the last
+second, the reads offered, how they went (hit, miss, declined), the bytes the reads asked for
+against the bytes the device read for them, and the inflation a miss costs."""
+from __future__ import annotations
+
+import os
+
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from zfsobs.model import Model
+from zfsobs.model.vdev_cache import derive
+from zfsobs.views.units import size
+
+WINDOW_S = 1.0
+STYLE = {"active": "bold green", "disabled": "yellow", "absent": "dim", "unknown": "dim"}
+
+
+def render_vc(model: Model, meta: dict, rows: int, now_ns: int | None) -> Panel:
+    unavailable = meta.get("unavailable", {}).get("vdev_cache")
+    state, why = model.vc.state(unavailable)
+    head = Text.assemble((f"{state}: ", STYLE[state]), (why, "dim" if state != "active" else ""))
+    title = "vdev_cache"
+    if state != "active":
+        if "vdev_cache" not in model.probes and not unavailable and state == "unknown":
+            head = Text("vdev_cache probe not running (see the status line)", style="dim")
+        return Panel(head, title=title, title_align="left")
+    end = now_ns if now_ns is not None else model.vc.last_ts
+    t0 = end - int(WINDOW_S * 1e9)
+    table = Table(expand=True, box=None, padding=(0, 1), header_style="bold")
+    for name, justify in (("pool / vdev", "left"), ("reads/s", "right"), ("hit%", "right"),
+                          ("miss/s", "right"), ("declined/s", "right"), ("asked (cached)", "right"),
+                          ("device (fills)", "right"), ("inflation", "right"), ("net", "right"),
+                          ("all reads: device/asked", "right")):
+        table.add_column(name, justify=justify, no_wrap=True)
+    shown = 0
+    for pool, w in sorted(model.vc.by_pool(t0, end).items()):
+        table.add_row(*_cells(pool, derive(w), bold=True))
+        vdevs = [(v, v.window(t0, end)) for v in model.vc.vdevs.values() if v.pool == pool]
+        vdevs = sorted(((v, w) for v, w in vdevs if w and w["reads"] > 0), key=lambda x: -x[1]["reads"])
+        for v, w in vdevs[:max(0, rows - 2 - shown)]:
+            table.add_row(*_cells("  " + os.path.basename(v.path), derive(w)))
+            shown += 1
+        shown += 1
+    return Panel(Group(head, table), title=f"{title}, last {WINDOW_S:g} s", title_align="left")
+
+
+def _cells(name: str, d: dict, bold: bool = False) -> list:
+    def x(v):
+        return "-" if v is None else f"{v:.2f}x"
+    infl = d["inflation"]
+    return [Text(name, style="bold" if bold else ""), f"{d['reads']:.0f}",
+            "-" if d["hit_ratio"] is None else f"{100 * d['hit_ratio']:.0f}",
+            f"{d['misses']:.0f}", f"{d['declined']:.0f}",
+            size(d["hit_bytes"] + d["miss_bytes"]) + "/s", size(d["fill_bytes"]) + "/s",
+            Text(x(infl), style="bold red" if infl and infl >= 2 else ""),
+            Text(x(d["net"]), style="red" if d["net"] and d["net"] > 1 else "green" if d["net"] else ""),
+            x(d["amplification"])]
