@@ -72,7 +72,7 @@ def run(tmp_path_factory):
             dirty[(int(parts[1]), parts[2], int(parts[3]))].append(int(parts[4]))
     parser = Parser()
     events = [ev for ev in map(parser.parse, captured.lines) if ev]
-    return {"meta": captured.meta, "trailer": captured.trailer, "events": events, "parser": parser, "syncs": syncs, "dirty": dirty,
+    return {"meta": captured.meta, "trailer": captured.trailer, "capture": captured, "events": events, "parser": parser, "syncs": syncs, "dirty": dirty,
             "stderr": res.stderr, "seconds": time.monotonic() - started}
 
 
@@ -142,3 +142,18 @@ def test_a_lab_tunable_reaches_the_23_library(run):
     # act_max holds the library's own active count at every completion; async_write is class 3
     act = [ev.fields["act_max"] for ev in run["events"] if ev.kind == "vq" and ev.fields["class"] == 3]
     assert act and max(act) == 2, Counter(act)
+
+
+def test_vdev_cache_is_absent_and_every_view_says_so(run, capsys):
+    from zfsobs import doctor
+    from zfsobs.model import Model
+    from zfsobs.views import report
+    why = run["meta"]["unavailable"].get("vdev_cache", "")
+    assert "removed in OpenZFS 2.2.0" in why, run["meta"]["unavailable"]
+    model = Model()
+    assert model.vc.state(why) == ("absent", why)
+    assert report.as_dict(run["capture"])["summary"]["vdev_cache"]["state"] == "absent"
+    assert "vdev_cache: absent: " in report.render(run["capture"], "text")
+    from zfsobs.targets import libzpool
+    rows = [r for r in doctor.checks()[0] if r[1] == "metric vdev_cache on libzpool 2.3.2"]
+    assert rows and rows[0][0] == doctor.WARN and "absent:" in rows[0][2], rows

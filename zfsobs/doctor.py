@@ -1,11 +1,13 @@
 """`zfsobs doctor`: can this machine trace ZFS, and which metrics? One verdict line per metric."""
 from __future__ import annotations
 
+import glob
 import os
 import platform
 import shutil
 
 from zfsobs.errors import ZfsobsError
+from zfsobs.lab import BUILDS
 from zfsobs.model.vdev_cache import ENABLE_HINT
 from zfsobs.probes import offsets_origin, available, render
 from zfsobs.source import bpftrace_version
@@ -36,7 +38,9 @@ def checks() -> tuple[list[tuple[str, str, str]], bool]:
         rows.append((OK, "zfs module", f"OpenZFS {t.version}, module BTF {'yes' if t.btf else 'no'}"))
     except ZfsobsError as exc:
         rows.append((WARN, "zfs module", str(exc)))
-    for path in find_libraries():
+    # the lab's private builds too (docs/lab.md): what each probe gives on OpenZFS 2.3
+    private = [p for b in BUILDS.values() if b.libdir for p in sorted(glob.glob(os.path.join(b.libdir, "libzpool.so.*.*")))]
+    for path in find_libraries() + private:
         try:
             t = libzpool(path)
             targets.append(t)
