@@ -21,6 +21,19 @@ def recorded_capture() -> str:
     return paths[-1]
 
 
+def load_capture(path: str, kind: str):
+    """(capture, a whole-capture Model fed with it, its events of `kind`)."""
+    from zfsobs.capture import read_capture
+    from zfsobs.events import Parser, parse_all
+    from zfsobs.model import Model
+    capture = read_capture(str(path))
+    model = Model(keep=None)
+    events = list(parse_all(capture.lines, Parser()))
+    for ev in events:
+        model.feed(ev)
+    return capture, model, [ev for ev in events if ev.kind == kind]
+
+
 @pytest.fixture
 def capture_path() -> str:
     return recorded_capture()

@@ -17,10 +17,7 @@ from collections import defaultdict
 
 import pytest
 
-from conftest import lab_ready, truth_running
-from zfsobs.capture import read_capture
-from zfsobs.events import Parser, parse_all
-from zfsobs.model import Model
+from conftest import lab_ready, load_capture, truth_running
 from zfsobs.model.vdev_cache import derive
 from zfsobs.targets import libzpool
 
@@ -29,24 +26,37 @@ pytestmark = [pytest.mark.lab, pytest.mark.skipif(bool(lab_ready()), reason=lab_
 ZFSOBS = [sys.executable, "-m", "zfsobs"]
 LAB_SECONDS = 12
 SIZE = "zfs_vdev_cache_size=10485760"
+# Per process: the library's counters at every vdev_free. Per process and pool (the capture keeps
+# the lab's pools only; ztest also reads through a "$import" pool of its own, which the library's
+# per-process counters include): reads offered and taken (vdev_cache_read returning 1; a call is
+# matched to its return by its stack pointer: the return address is popped, so sp + 8), fills
+# (priority NOW, on the fill's vdev's pool) and the fills' bytes at completion or merge.
 TRUTH = r"""
 uprobe:LIB:vdev_free {
     $b = reg("ip") - FREE;
     @d[pid] = max(*(uint64 *)($b + DELEG)); @h[pid] = max(*(uint64 *)($b + HITS));
     @m[pid] = max(*(uint64 *)($b + MISSES));
 }
-uprobe:LIB:vdev_cache_read /(*(uint32 *)(arg0 + 784) & 2048) == 0/ { @offered[pid] = count(); }
-uprobe:LIB:zio_vdev_delegated_io /arg5 == 10/ { @f[tid] = 1; }
-uretprobe:LIB:zio_vdev_delegated_io /@f[tid]/ { @fio[pid, retval] = 1; delete(@f[tid]); }
+uprobe:LIB:vdev_cache_read /(*(uint32 *)(arg0 + 784) & 2048) == 0/ {
+    @c[tid, reg("sp")] = *(uint64 *)(*(uint64 *)(arg0 + 592) + 104);
+}
+uretprobe:LIB:vdev_cache_read /@c[tid, reg("sp") - 8]/ {
+    $spa = @c[tid, reg("sp") - 8];
+    delete(@c[tid, reg("sp") - 8]);
+    @offered[pid, str($spa)] = count();
+    @taken[pid, str($spa)] = sum(retval & 1);
+}
+uprobe:LIB:zio_vdev_delegated_io /arg5 == 10/ { @f[tid] = *(uint64 *)(arg0 + 104); @fills[pid, str(*(uint64 *)(arg0 + 104))] = count(); }
+uretprobe:LIB:zio_vdev_delegated_io /@f[tid]/ { @fio[pid, retval] = @f[tid]; delete(@f[tid]); }
 uprobe:LIB:vdev_queue_io_done /@fio[pid, arg0]/ {
-    @done[pid] = count(); @bytes[pid] = sum(*(uint64 *)(arg0 + 576)); delete(@fio[pid, arg0]);
+    @bytes[pid, str(@fio[pid, arg0])] = sum(*(uint64 *)(arg0 + 576)); delete(@fio[pid, arg0]);
 }
 uprobe:LIB:zio_vdev_io_bypass /@fio[pid, arg0]/ {
-    @merged[pid] = count(); @bytes[pid] = sum(*(uint64 *)(arg0 + 576)); delete(@fio[pid, arg0]);
+    @bytes[pid, str(@fio[pid, arg0])] = sum(*(uint64 *)(arg0 + 576)); delete(@fio[pid, arg0]);
 }
-END { clear(@f); clear(@fio); }
+END { clear(@c); clear(@f); clear(@fio); }
 """
-TRUTH_RE = re.compile(r"^@(\w+)\[(\d+)\]: (\d+)$")
+TRUTH_RE = re.compile(r"^@(\w+)\[(\d+)(?:, (\S+))?\]: (\d+)$")
 
 
 def vdc_stats(lib: str) -> tuple[int, int, int, int, int]:
@@ -73,12 +83,7 @@ def record(tmp, name, options):
     res = subprocess.run(ZFSOBS + ["record", "--lab", "--lab-time", str(LAB_SECONDS), *args, "-O", str(cap)],
                          capture_output=True, text=True, timeout=400)
     assert res.returncode == 0, res.stderr
-    capture = read_capture(str(cap))
-    model = Model(keep=None)
-    events = list(parse_all(capture.lines, Parser()))
-    for ev in events:
-        model.feed(ev)
-    return capture, model, [ev for ev in events if ev.kind == "vc"]
+    return load_capture(cap, "vc")
 
 
 @pytest.fixture(scope="module")
@@ -92,56 +97,60 @@ def runs(tmp_path_factory):
               .replace("MISSES", str(misses)))
     with truth_running(tmp, script, lib.path):
         on = record(tmp, "on", [SIZE])
-    truth = defaultdict(dict)
+    truth = defaultdict(dict)        # pid -> {name or (name, pool): value}
     for line in (tmp / "truth.out").read_text().splitlines():
         m = TRUTH_RE.match(line)
         if m:
-            truth[int(m[2])][m[1]] = int(m[3])
+            truth[int(m[2])][(m[1], m[3]) if m[3] else m[1]] = int(m[4])
     return {"on": on, "truth": truth, "max1": record(tmp, "max1", [SIZE, "zfs_vdev_cache_max=1"]),
             "off": record(tmp, "off", [])}
 
 
-def per_pid(lines):
-    """Sums over every vdev incarnation's final line, per process; and the processes whose every
-    vdev ended with final=1 (a clean exit: every read was followed to the end)."""
-    sums, clean, last = defaultdict(lambda: defaultdict(int)), defaultdict(lambda: True), {}
+def per_pool(lines):
+    """Sums over every vdev incarnation's final line, per (process, pool); and the processes whose
+    every vdev ended with final=1 (a clean exit: every read was followed to the end)."""
+    sums, last = defaultdict(lambda: defaultdict(int)), {}
     for ev in lines:
         last[(ev.get("pid"), ev.get("vd"))] = ev
         if ev.get("final"):
-            for k, v in ev.fields.items():
-                if isinstance(v, int):
-                    sums[ev.get("pid")][k] += v
+            for k in ("reads", "hits", "misses", "declined", "fill_bytes", "read_bytes", "hit_bytes",
+                      "miss_bytes", "declined_bytes"):
+                sums[(ev.get("pid"), ev.get("pool"))][k] += ev.get(k)
             del last[(ev.get("pid"), ev.get("vd"))]
-    for (pid, _), _ev in last.items():
-        clean[pid] = False
-    return sums, {pid for pid in sums if clean[pid]}
+    return sums, {pid for pid, _ in sums} - {pid for pid, _ in last}
 
 
 def test_hits_and_misses_equal_the_librarys_own_counters(runs):
     capture, model, lines = runs["on"]
-    sums, clean = per_pid(lines)
+    sums, clean = per_pool(lines)
     truth = runs["truth"]
     assert clean, "no lab process ended with every vdev freed"
-    checked = 0
-    for pid in clean:
-        t, s = truth.get(pid), sums[pid]
-        if not t or "m" not in t:
-            continue
-        checked += 1
-        # our hits are the kstat's hits plus delegations (a read that joins a fill in flight)
-        assert (s["reads"], s["hits"], s["misses"]) == (t.get("offered"), t["h"] + t["d"], t["m"]), \
-            f"pid {pid}: ours {dict(s)} truth {t}; other pids: {[(p, dict(sums[p]), truth.get(p)) for p in sums]}"
+    for (pid, pool), s in sums.items():
+        t = truth[pid]
+        # ours against the independent per-pool counts (hits include the kstat's delegations)
+        assert (s["reads"], s["hits"] + s["misses"], s["misses"]) == \
+            (t.get(("offered", pool)), t.get(("taken", pool)), t.get(("fills", pool), 0)), f"{pid} {pool}: {dict(s)} {t}"
         # every miss read one whole 64 KiB line, and the device read exactly that for them
-        assert s["fill_bytes"] == s["misses"] * 65536 == t.get("bytes", 0), f"pid {pid}: {dict(s)} {t}"
+        assert s["fill_bytes"] == s["misses"] * 65536 == t.get(("bytes", pool), 0), f"{pid} {pool}: {dict(s)} {t}"
         assert s["reads"] == s["hits"] + s["misses"] + s["declined"]
         assert s["read_bytes"] == s["hit_bytes"] + s["miss_bytes"] + s["declined_bytes"]
+    checked = 0
+    for pid in clean:
+        t = truth.get(pid, {})
+        if "m" not in t:
+            continue
+        checked += 1
+        # and those counts, over all the process's pools, against the library's own counters
+        taken = sum(v for k, v in t.items() if k[0] == "taken")
+        fills = sum(v for k, v in t.items() if k[0] == "fills")
+        assert (taken, fills) == (t["d"] + t["h"] + t["m"], t["m"]), f"pid {pid}: {t}"
     assert checked, f"no clean lab process in the truth: ours {sorted(clean)}, truth {sorted(truth)}"
     total = derive(model.vc.by_pool()[capture.meta["lab"]["pool"]])
     print(f"\nvdev_cache on: {total['reads']} reads, {total['hits']} hits, {total['misses']} misses, "
           f"inflation {total['inflation']:.2f}x, net {total['net']:.2f}x, amplification {total['amplification']:.2f}x")
     assert total["misses"] > 100 and total["hits"] > 100, total
     assert total["inflation"] > 1, f"ztest's small reads must be inflated to 64 KiB lines: {total}"
-    assert model.vc.state() [0] == "active"
+    assert model.vc.state()[0] == "active"
 
 
 def test_cache_max_1_inflates_nothing(runs):
