@@ -20,7 +20,7 @@ class Model:
         self.txg = TxgModel(keep)
         self.zil = ZilModel(keep)
         self.vq = VdevQueueModel()
-        self.vc = VdevCacheModel()
+        self.vc = VdevCacheModel(prune=keep is not None)
         self._routes = {kind: part for part in (self.txg, self.zil, self.vq, self.vc) for kind in part.kinds}
         self.probes: dict[str, str] = {}      # probe name -> target kind, from hello events
         self.lost = 0

@@ -93,7 +93,8 @@ def add(a: dict, b: dict) -> dict:
 class VdevCacheModel:
     kinds = ("vc",)
 
-    def __init__(self):
+    def __init__(self, prune: bool = False):
+        self.prune = prune                             # live: forget freed vdevs after KEEP_NS
         self.vdevs: dict[tuple, Vdev] = {}             # (pid, vd, generation)
         self._gen: dict[tuple[int, str], int] = {}     # a vdev_t address freed and used again
         self.last_ts: int | None = None
@@ -109,6 +110,9 @@ class VdevCacheModel:
         if vdev is None:
             vdev = self.vdevs[(pid, vd, gen)] = Vdev(pid, vd, gen)
         vdev.add(ev)
+        if self.prune and len(self.vdevs) > 1000:     # ztest frees and makes vdevs all the time
+            self.vdevs = {k: v for k, v in self.vdevs.items()
+                          if not v.final or ev.ts - v.lines[-1][0] <= KEEP_NS}
 
     def state(self, unavailable: str | None = None) -> tuple[str, str]:
         """(active | disabled | absent | unknown, one line saying why)."""

@@ -38,6 +38,8 @@ def render_vc(model: Model, meta: dict, rows: int, now_ns: int | None) -> Panel:
         table.add_column(name, justify=justify, no_wrap=True)
     shown = 0
     for pool, w in sorted(model.vc.by_pool(t0, end).items()):
+        if not w["reads"]:
+            continue            # a pool gone or idle
         table.add_row(*_cells(pool, derive(w), bold=True))
         vdevs = [(v, v.window(t0, end)) for v in model.vc.vdevs.values() if v.pool == pool]
         vdevs = sorted(((v, w) for v, w in vdevs if w and w["reads"] > 0), key=lambda x: -x[1]["reads"])
