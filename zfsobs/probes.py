@@ -20,6 +20,7 @@ that this build lacks.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from zfsobs.btf import Btf, resolve_table
 from zfsobs.errors import ZfsobsError
 from zfsobs.targets import Target
 
@@ -36,6 +38,7 @@ _OFF_RE = re.compile(r"\b(?:OFF|CONST)\(([\w.]+)\)")
 _GLOBAL_RE = re.compile(r"\bGLOBAL\((\w+)\)")
 _FALLBACK = "// without offsets:"
 _INCLUDE_RE = re.compile(r"^// include ([\w.-]+\.btm)$", re.M)
+MODULE_BTF, VMLINUX_BTF = "/sys/kernel/btf/zfs", "/sys/kernel/btf/vmlinux"
 _MACRO_RE = re.compile(r"^// macro (\w+)\n(.*?)^// end macro\n", re.M | re.S)
 
 
@@ -60,20 +63,40 @@ def source(name: str, platform: str = "linux") -> str:
     return _INCLUDE_RE.sub(lambda m: (path.parent / m.group(1)).read_text(), path.read_text())
 
 
+def _table() -> dict:
+    return json.loads((probes_dir() / "offsets.json").read_text())
+
+
 def _build_entry(target: Target) -> dict:
-    table = json.loads((probes_dir() / "offsets.json").read_text())
-    return table.get(target.kind, {}).get(target.version, {})
+    return _table().get(target.kind, {}).get(target.version, {})
+
+
+@functools.lru_cache(maxsize=None)
+def _module_btf(path: str = MODULE_BTF) -> dict[str, int]:
+    """Every OFF()/CONST() name the tables know, looked up in the running module's own BTF."""
+    table = _table()
+    names = {f for build in table["libzpool"].values() for f in build.get("fields", {})}
+    fields = {name: table["btf"]["fields"].get(name, [name]) for name in names}
+    btf = Btf(path, base=Btf(VMLINUX_BTF))
+    return {**resolve_table(btf, fields), **resolve_table(btf, table["btf"]["constants"])}
 
 
 def offsets_for(target: Target) -> dict[str, int]:
-    """Struct offsets and flag values of the target's release (offsets.json says where they come from)."""
+    """Struct offsets and flag values of the target: from the zfs module's BTF when it has one,
+    else of its release (offsets.json says where they come from)."""
     build = _build_entry(target)
+    if target.kind == "kernel" and target.btf:
+        same_release = _table()["libzpool"].get(target.version, {}).get("constants", {})
+        return {**same_release, **build.get("constants", {}), **_module_btf()}
     return {**build.get("fields", {}), **build.get("constants", {})}
 
 
 def offsets_origin(target: Target) -> str:
     """How the target's struct layout is known, for doctor."""
     build = _build_entry(target)
+    if target.kind == "kernel" and target.btf:
+        found = _module_btf()
+        return f"from the module's own BTF ({MODULE_BTF}): {len(found)} fields and flags found"
     if not build.get("fields"):
         return f"unknown for {target.name}: probes that read struct fields are off"
     if target.build_id and target.build_id in build.get("build_ids", []):

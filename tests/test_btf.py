@@ -1,0 +1,136 @@
+"""zfsobs/btf.py against the running kernel's own BTF (/sys/kernel/btf/vmlinux), with bpftool's
+dump of the same file as the independent reading: every member offset of hundreds of structs,
+members inside anonymous unions, array strides and enumerator values. (Module BTF, e.g. zfs's, is
+split BTF continuing vmlinux's ids and strings; it is read the same way in the kernel lab.)"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections import Counter
+
+import pytest
+
+from zfsobs.btf import ARRAY, Btf, resolve_table
+from zfsobs.errors import ZfsobsError
+
+VMLINUX = "/sys/kernel/btf/vmlinux"
+pytestmark = pytest.mark.skipif(not (os.path.exists(VMLINUX) and shutil.which("bpftool")),
+                                reason="needs /sys/kernel/btf/vmlinux and bpftool (./scripts/setup)")
+TYPE_RE = re.compile(r"^\[(\d+)\] (\w+) '([^']*)'(.*)$")
+MEMBER_RE = re.compile(r"^\t'([^']*)' type_id=(\d+) bits_offset=(\d+)( bitfield_size=\d+)?$")
+ENUM_RE = re.compile(r"^\t'([^']*)' val=(-?\d+)$")
+
+
+@pytest.fixture(scope="module")
+def dump():
+    """bpftool's reading: {id: (kind, name, attrs, [(member, type_id, bits, bitfield)] or enumerators)}."""
+    out = subprocess.run(["bpftool", "btf", "dump", "file", VMLINUX], capture_output=True, text=True,
+                         check=True).stdout
+    types, cur = {}, None
+    for line in out.splitlines():
+        m = TYPE_RE.match(line)
+        if m:
+            cur = types[int(m[1])] = (m[2], m[3], m[4], [])
+            continue
+        m = MEMBER_RE.match(line) or ENUM_RE.match(line)
+        if m and cur is not None:
+            cur[3].append(m.groups())
+    return types
+
+
+@pytest.fixture(scope="module")
+def btf():
+    return Btf(VMLINUX)
+
+
+def test_every_member_offset_of_unique_structs(btf, dump):
+    names = Counter(name for kind, name, _, _ in dump.values() if kind == "STRUCT")
+    checked = 0
+    for tid, (kind, name, _, members) in sorted(dump.items()):
+        if kind != "STRUCT" or names[name] != 1 or not name:
+            continue
+        for member, _, bits, bitfield in members:
+            if member == "(anon)" or bitfield or int(bits) % 8:
+                continue
+            assert btf.offset(f"{name}.{member}")[0] == int(bits) // 8, (name, member)
+            checked += 1
+    assert checked > 10000, checked
+
+
+def test_members_inside_anonymous_unions(btf, dump):
+    """e.g. a member of an anonymous union inside a struct: anon's offset + its own."""
+    checked = 0
+    names = Counter(name for kind, name, _, _ in dump.values() if kind == "STRUCT")
+    for tid, (kind, name, _, members) in sorted(dump.items()):
+        if kind != "STRUCT" or names[name] != 1 or not name:
+            continue
+        direct = {m for m, *_ in members}
+        for member, type_id, bits, bitfield in members:
+            inner = dump.get(int(type_id))
+            if member != "(anon)" or bitfield or not inner or inner[0] not in ("STRUCT", "UNION"):
+                continue
+            for m2, _, bits2, bf2 in inner[3]:
+                if m2 == "(anon)" or bf2 or m2 in direct or (int(bits) + int(bits2)) % 8:
+                    continue
+                assert btf.offset(f"{name}.{m2}")[0] == (int(bits) + int(bits2)) // 8, (name, m2)
+                checked += 1
+        if checked > 2000:
+            break
+    assert checked > 100, checked
+
+
+def test_array_strides_and_indexing(btf, dump):
+    checked = 0
+    for tid, (kind, name, attrs, members) in sorted(dump.items()):
+        if kind != "STRUCT" or not name:
+            continue
+        for member, type_id, bits, bitfield in members:
+            arr = dump.get(int(type_id))
+            if member == "(anon)" or bitfield or not arr or arr[0] != "ARRAY":
+                continue
+            try:
+                tid_s = btf.struct(name)
+            except ZfsobsError:
+                continue
+            if tid_s != tid:
+                continue                      # a duplicate name: btf.struct picks another
+            elem = int(re.search(r"type_id=(\d+)", arr[2])[1])
+            stride = btf.sizeof(elem)
+            assert btf.stride(f"{name}.{member}") == stride
+            assert btf.offset(f"{name}.{member}[1]")[0] == int(bits) // 8 + stride
+            assert btf._resolve(btf.offset(f"{name}.{member}")[1])[0] == ARRAY
+            checked += 1
+    assert checked > 500, checked
+
+
+def test_enumerators_and_the_table(btf, dump):
+    enums = {}
+    for kind, name, _, items in dump.values():
+        if kind in ("ENUM", "ENUM64"):
+            for e_name, value in items:
+                enums.setdefault(e_name, int(value) & 0xFFFFFFFF if kind == "ENUM" else int(value))
+    for e_name in list(enums)[:300]:
+        assert btf.enum_value(e_name) & 0xFFFFFFFF == enums[e_name] & 0xFFFFFFFF, e_name
+    # the offsets.json "btf" table form: the first alternative this BTF has wins, others are left out
+    got = resolve_table(btf, {"a": ["no_such_struct.x", "task_struct.pid"], "b": ["enum:no_such"],
+                              "c": ["sizeof:task_struct"], "d": ["stride:task_struct.comm"]})
+    pid = next(int(b) // 8 for k, n, _, ms in dump.values() if k == "STRUCT" and n == "task_struct"
+               for m, _, b, _ in ms if m == "pid")
+    size = next(int(re.search(r"size=(\d+)", a)[1]) for k, n, a, _ in dump.values()
+                if k == "STRUCT" and n == "task_struct")
+    assert got == {"a": pid, "c": size, "d": 1}
+
+
+def test_bad_input_is_one_clear_error(tmp_path, btf):
+    bad = tmp_path / "x"
+    bad.write_bytes(b"\0" * 64)
+    with pytest.raises(ZfsobsError, match="not BTF"):
+        Btf(str(bad))
+    with pytest.raises(ZfsobsError, match="cannot read BTF"):
+        Btf(str(tmp_path / "missing"))
+    with pytest.raises(ZfsobsError, match="no member"):
+        btf.offset("task_struct.no_such_member")
+    json.dumps(btf.offset("task_struct.pid"))
