@@ -94,11 +94,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "json", "csv"), default="text")
     p.add_argument("--section", default="txgs", help="csv: which table (default txgs)")
 
-    p = sub.add_parser("lab", help="run the userland ZFS lab (ztest) in the foreground")
+    p = sub.add_parser("lab", help="run the userland ZFS lab (ztest) in the foreground, "
+                       "or with --kernel a command in a guest with the zfs module")
     p.add_argument("--duration", type=_positive, metavar="S", help="stop after S seconds")
     p.add_argument("--workload", default="default", metavar="W", help="default, or zil (a busier ZIL)")
     _zfs_arg(p)
     p.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE")
+    p.add_argument("--kernel", action="store_true", help="the kernel lab: run -- CMD ... in a QEMU guest "
+                   "with OpenZFS's kernel module and pool zfsobs_klab (docs/kernel-lab.md)")
+    p.add_argument("--layout", help="with --kernel: mirror-log (default), mirror or single")
+    p.add_argument("--disk-size", metavar="SIZE", help="with --kernel: each data disk (default 2G, sparse)")
+    p.add_argument("--timeout", type=_positive, metavar="S", help="with --kernel: wall-clock limit "
+                   "(default 3600 s)")
+    p.add_argument("--console", action="store_true", help="with --kernel: copy the guest console to stderr")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="with --kernel: -- CMD ... to run in the guest")
 
     p = sub.add_parser("probes", help="list probe scripts, or show one rendered for a target")
     p.add_argument("action", choices=("list", "show"))
@@ -169,7 +178,7 @@ def _dispatch(args) -> int:
             return 0
         return _replay(capture, args)
     if cmd == "lab":
-        return _lab(args)
+        return _kernel_lab(args) if args.kernel else _lab(args)
     if cmd == "probes":
         return _probes(args)
     if cmd == "doctor":
@@ -268,7 +277,29 @@ def _replay(capture, args) -> int:
     return 0
 
 
+def _kernel_lab(args) -> int:
+    from zfsobs.kernel_lab import DEFAULT_TIMEOUT, KernelLab
+    from zfsobs.session import Terminated, raise_on_termination
+    given = [f for f, v in (("--duration", args.duration), ("--zfs", args.zfs), ("-o", args.option),
+                            ("--workload", args.workload != "default")) if v]
+    if given:
+        raise ZfsobsError(f"lab --kernel does not take {', '.join(given)} (userland lab only)")
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    lab = KernelLab(command, layout=args.layout or "mirror-log", disk_size=args.disk_size or "2G",
+                    timeout=args.timeout or DEFAULT_TIMEOUT, console=args.console)
+    raise_on_termination()
+    try:
+        return lab.run()
+    except Terminated:
+        return 143
+
+
 def _lab(args) -> int:
+    given = [f for f, v in (("--layout", args.layout), ("--disk-size", args.disk_size),
+                            ("--timeout", args.timeout), ("--console", args.console),
+                            ("-- CMD", args.command)) if v]
+    if given:
+        raise ZfsobsError(f"lab: {', '.join(given)}: only with --kernel")
     from zfsobs.lab import Lab
     from zfsobs.session import Terminated, raise_on_termination
     raise_on_termination()
