@@ -290,8 +290,9 @@ def _kernel_lab(args) -> int:
     raise_on_termination()
     try:
         return lab.run()
-    except Terminated:
-        return 143
+    except (KeyboardInterrupt, Terminated) as exc:
+        print("zfsobs: kernel lab: interrupted; guest powered off, temp files removed", file=sys.stderr)
+        return 130 if isinstance(exc, KeyboardInterrupt) else 143
 
 
 def _lab(args) -> int:

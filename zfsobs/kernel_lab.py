@@ -170,6 +170,7 @@ class KernelLab:
         self.qemu: subprocess.Popen | None = None
         self.console_tail: collections.deque[bytes] = collections.deque(maxlen=40)
         self.timings: dict[str, float] = {}
+        self._partial = b""
 
     # ------------------------------------------------------------------ set up
     def _prepare(self, img: Path) -> list[str]:
@@ -297,10 +298,11 @@ class KernelLab:
         if self.console:
             sys.stderr.buffer.write(data)
             sys.stderr.buffer.flush()
-        for line in data.splitlines():
+        *lines, self._partial = (self._partial + data).split(b"\n")   # a read may end mid-line
+        for line in lines:
+            line = line.rstrip(b"\r")
             if line.strip():
                 self.console_tail.append(line)
-        for line in data.splitlines():
             m = re.search(rb"zfsobs-agent: \[([\d.]+)s\] (up|running)", line)
             if m:
                 self.timings["guest_" + m.group(2).decode()] = float(m.group(1))
