@@ -141,6 +141,11 @@ def sweep_stale(tmp: Path) -> None:
             shutil.rmtree(d, ignore_errors=True)
 
 
+def _opt(path: Path) -> str:
+    """A path inside a qemu option value: a comma would end the value, so qemu wants it doubled."""
+    return str(path).replace(",", ",,")
+
+
 def setup_script(layout: Layout) -> str:
     return "\n".join([
         "set -ex",
@@ -171,6 +176,7 @@ class KernelLab:
         self.console_tail: collections.deque[bytes] = collections.deque(maxlen=40)
         self.timings: dict[str, float] = {}
         self._partial = b""
+        self._socks: list[socket.socket] = []
 
     # ------------------------------------------------------------------ set up
     def _prepare(self, img: Path) -> list[str]:
@@ -189,28 +195,28 @@ class KernelLab:
             disk = self.dir / f"disk{i}.img"
             with open(disk, "wb") as f:      # sparse: only what ZFS writes takes space
                 f.truncate(log_size if self.layout.log and i == self.layout.data_disks else self.disk_size)
-            drives += ["-drive", f"file={disk},format=raw,if=virtio,aio=threads"]
+            drives += ["-drive", f"file={_opt(disk)},format=raw,if=virtio,aio=threads"]
         if self.accel == "kvm":
             accel = ["-accel", "kvm", "-cpu", "host"]
         else:
             accel = ["-accel", "tcg,thread=multi,tb-size=512", "-cpu", "max"]
-        append = (f"root=/dev/vda rw rootfstype=ext4 console=ttyS0 init=/sbin/zfsobs-init panic=-1 "
+        append = ("root=/dev/vda rw rootfstype=ext4 console=ttyS0 init=/sbin/zfsobs-init panic=-1 "
                   "loglevel=4 modprobe.blacklist=kvm,kvm_amd,kvm_intel")
         socks = {name: self.dir / f"{name}.sock" for name in ("console", "stdout", "stderr")}
         return [QEMU, *accel, "-m", self.memory, "-smp", str(max(2, min(4, os.cpu_count() or 2))),
                 "-nodefaults", "-display", "none", "-no-reboot", "-nic", "none",
                 "-kernel", str(img / "vmlinuz"), "-initrd", str(img / "initrd.img"), "-append", append,
                 # snapshot=on: the guest's writes go to a qemu temp file, the cached image stays pristine
-                "-drive", f"file={img / 'root.img'},format=raw,if=virtio,snapshot=on,cache=unsafe",
+                "-drive", f"file={_opt(img / 'root.img')},format=raw,if=virtio,snapshot=on,cache=unsafe",
                 *drives,
-                "-virtfs", f"local,path={ctl},mount_tag=zfsobs_ctl,security_model=none,id=ctl",
-                "-virtfs", f"local,path={PROJECT},mount_tag=zfsobs_project,security_model=none,"
+                "-virtfs", f"local,path={_opt(ctl)},mount_tag=zfsobs_ctl,security_model=none,id=ctl",
+                "-virtfs", f"local,path={_opt(PROJECT)},mount_tag=zfsobs_project,security_model=none,"
                            "readonly=on,id=project",
-                "-chardev", f"socket,id=console,path={socks['console']}", "-serial", "chardev:console",
+                "-chardev", f"socket,id=console,path={_opt(socks['console'])}", "-serial", "chardev:console",
                 "-device", "virtio-serial-pci",
-                "-chardev", f"socket,id=out,path={socks['stdout']}",
+                "-chardev", f"socket,id=out,path={_opt(socks['stdout'])}",
                 "-device", "virtserialport,chardev=out,name=org.zfsobs.stdout",
-                "-chardev", f"socket,id=err,path={socks['stderr']}",
+                "-chardev", f"socket,id=err,path={_opt(socks['stderr'])}",
                 "-device", "virtserialport,chardev=err,name=org.zfsobs.stderr"]
 
     # ------------------------------------------------------------------ run
@@ -232,6 +238,7 @@ class KernelLab:
             s.bind(str(self.dir / f"{name}.sock"))
             s.listen(1)
             listeners[name] = s
+            self._socks.append(s)
         print(f"zfsobs: kernel lab: booting {img.name} with {self.accel.upper()} ({self.accel_why}), "
               f"layout {self.layout.name}, pool {POOL}, project at {PROJECT} (read-only)", file=sys.stderr)
         env = dict(os.environ, TMPDIR=str(self.dir))   # qemu's snapshot overlay lands in our temp dir
@@ -252,6 +259,7 @@ class KernelLab:
                 kind, name = key.data
                 if kind == "listen":
                     conn, _ = key.fileobj.accept()
+                    self._socks.append(conn)
                     sel.unregister(key.fileobj)
                     key.fileobj.close()
                     sel.register(conn, selectors.EVENT_READ, ("stream", name))
@@ -332,6 +340,9 @@ class KernelLab:
                 self.qemu.wait()
         if self.qemu is not None and self.qemu.stdout:
             self.qemu.stdout.close()
+        for s in self._socks:
+            s.close()
+        self._socks = []
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
