@@ -134,3 +134,44 @@ def test_bad_input_is_one_clear_error(tmp_path, btf):
     with pytest.raises(ZfsobsError, match="no member"):
         btf.offset("task_struct.no_such_member")
     json.dumps(btf.offset("task_struct.pid"))
+
+
+def _sections(tmp_path, image):
+    """The .BTF sections of the kernel lab's cached vmlinux and zfs.ko (both built with BTF)."""
+    out = []
+    for name in ("vmlinux", "zfs.ko"):
+        dest = tmp_path / f"{name}.btf"
+        subprocess.run(["objcopy", f"--dump-section=.BTF={dest}", str(image / name), str(tmp_path / "scratch")],
+                       check=True, capture_output=True)
+        out.append(str(dest))
+    return out
+
+
+def test_the_zfs_modules_own_btf_gives_every_probe_offset(tmp_path):
+    """The kernel target's layout, read from a real zfs.ko 2.1.11 (the kernel lab's image: only
+    where it was built, scripts/kernel-lab-image), against bpftool's reading of the same module."""
+    from zfsobs import probes
+    from zfsobs.kernel_lab import image_dir
+    image = image_dir()
+    if not (image / "zfs.ko").exists():
+        pytest.skip(f"no kernel lab image at {image} (scripts/kernel-lab-image builds it)")
+    vmlinux, module = _sections(tmp_path, image)
+    got = probes._module_btf.__wrapped__(module, vmlinux)
+    table = json.loads((probes.probes_dir() / "offsets.json").read_text())
+    names = {f for build in table["libzpool"].values() for f in build.get("fields", {})}
+    assert names <= set(got), sorted(names - set(got))
+    assert {k: got[k] for k in table["btf"]["constants"]} == \
+        {"ZIO_FLAG_DONT_QUEUE": 1 << 19, "ZIO_FLAG_DONT_CACHE": 1 << 11, "VQ_ACTIVE_STRIDE": 48}
+    dump = subprocess.run(["bpftool", "btf", "dump", "file", str(image / "zfs.ko"), "-B", str(image / "vmlinux")],
+                          capture_output=True, text=True, check=True).stdout
+    members, cur = {}, None
+    for line in dump.splitlines():
+        m = TYPE_RE.match(line)
+        if m:
+            cur = m[3] if m[2] == "STRUCT" and m[3] in ("zio", "vdev", "zilog", "lwb", "itx", "dsl_pool") else None
+            continue
+        m = MEMBER_RE.match(line)
+        if cur and m:
+            members.setdefault(f"{cur}.{m[1]}", int(m[3]) // 8)
+    direct = {name: off for name, off in got.items() if name in members}
+    assert len(direct) >= 15 and all(members[n] == off for n, off in direct.items()), (direct, members)

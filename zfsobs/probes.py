@@ -72,12 +72,12 @@ def _build_entry(target: Target) -> dict:
 
 
 @functools.lru_cache(maxsize=None)
-def _module_btf(path: str = MODULE_BTF) -> dict[str, int]:
+def _module_btf(path: str = MODULE_BTF, base: str = VMLINUX_BTF) -> dict[str, int]:
     """Every OFF()/CONST() name the tables know, looked up in the running module's own BTF."""
     table = _table()
     names = {f for build in table["libzpool"].values() for f in build.get("fields", {})}
     fields = {name: table["btf"]["fields"].get(name, [name]) for name in names}
-    btf = Btf(path, base=Btf(VMLINUX_BTF))
+    btf = Btf(path, base=Btf(base))
     return {**resolve_table(btf, fields), **resolve_table(btf, table["btf"]["constants"])}
 
 
