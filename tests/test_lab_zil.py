@@ -78,7 +78,10 @@ def test_commits_equal_tx_commit_itxs_counted_independently(run):
     commit_itxs = sum(1 for p in run["truth"] if p[0] == "I" and p[2] == "0")
     truth_commits = sum(1 for p in run["truth"] if p[0] == "C")
     ours = totals(run["data"])["commits"]
-    assert ours == commit_itxs == truth_commits
+    assert ours == commit_itxs
+    # The truth's own zil_commit return probe can miss a return under load (seen once in CI on
+    # kernel 6.18: 120 of 124, while its TX_COMMIT itx count, from entry probes, had all 124)
+    assert 0 <= ours - truth_commits <= max(2, 0.05 * ours), (ours, commit_itxs, truth_commits)
 
 
 def test_itxs_by_type_equal_the_independent_count(run):
@@ -111,8 +114,11 @@ def test_latency_histogram_counts_every_commit_and_matches_the_outer_timing(run)
         assert (r["lat_p50_ns"] is None) == (r["commits"] == 0)
     truth = sorted(int(p[4]) for p in run["truth"] if p[0] == "C")
     ours_sum = totals(data)["lat_ns"]
+    # returns the truth's probe missed (see above): each may hide up to the longest commit
+    missed = totals(data)["commits"] - len(truth)
+    longest = max(st["lat_max_ns"] or 0 for st in data["summary"]["zil"].values())
     # zil_commit() wraps zil_commit_impl(): the outer timing is longer by a call and a uprobe trap
-    assert 0 <= sum(truth) - ours_sum <= 0.02 * sum(truth) + 30_000 * len(truth)
+    assert -missed * longest <= sum(truth) - ours_sum <= 0.02 * sum(truth) + 30_000 * len(truth)
     ours_hist = Counter()
     for st in data["summary"]["zil"].values():
         for b in st["lat_hist"]:
@@ -124,7 +130,7 @@ def test_latency_histogram_counts_every_commit_and_matches_the_outer_timing(run)
         low, high = lat_bounds(i)
         ours_cum += ours_hist[i]
         assert ours_cum >= bisect.bisect_left(truth, low), (i, ours_hist)
-        assert ours_cum <= bisect.bisect_left(truth, 2 * high + 50_000), (i, ours_hist)
+        assert ours_cum <= bisect.bisect_left(truth, 2 * high + 50_000) + missed, (i, ours_hist)
 
 
 def test_commits_count_to_the_txg_open_when_they_returned(run):
