@@ -46,8 +46,8 @@ def test_final_lines_account_for_every_read(on):
 def test_windows_add_up_to_the_whole(on):
     _, model, _ = on
     vc = model.vc
-    first = min(v.lines[0][0] for v in vc.vdevs.values())
-    last = max(v.lines[-1][0] for v in vc.vdevs.values())
+    first = min(v.lines[0].ts for v in vc.vdevs.values())
+    last = max(v.lines[-1].ts for v in vc.vdevs.values())
     step = 10**9
     summed = {}
     t = first - step

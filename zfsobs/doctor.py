@@ -6,7 +6,7 @@ import os
 import platform
 import shutil
 
-from zfsobs.errors import ZfsobsError
+from zfsobs.errors import FeatureAbsent, ZfsobsError
 from zfsobs.lab import BUILDS
 from zfsobs.model.vdev_cache import ENABLE_HINT
 from zfsobs.probes import offsets_origin, available, render
@@ -61,11 +61,11 @@ def checks() -> tuple[list[tuple[str, str, str]], bool]:
         for name in available():
             try:
                 r = render(name, t)
+            except FeatureAbsent as exc:      # a feature the release removed: a state, not a failure
+                rows.append((WARN, f"metric {name} on {t.kind} {t.version}", f"absent: {exc}"))
+                continue
             except ZfsobsError as exc:
-                # a feature the release removed is a state, not a failure
-                gone = name == "vdev_cache" and "vdev_cache_read" not in t.functions
-                rows.append((WARN if gone else BAD, f"metric {name} on {t.kind} {t.version}",
-                             f"absent: {exc}" if gone else str(exc)))
+                rows.append((BAD, f"metric {name} on {t.kind} {t.version}", str(exc)))
                 continue
             state = OK if usable and root and bpftrace else WARN
             detail = f"probes {', '.join(r.functions)}"

@@ -7,3 +7,8 @@ class ZfsobsError(Exception):
     def __init__(self, message: str, status: int = 2):
         super().__init__(message)
         self.status = status
+
+
+class FeatureAbsent(ZfsobsError):
+    """The ZFS build has no such feature any more (a probe script's "Absent:" line says why):
+    a state to report, not a failure."""

@@ -30,7 +30,7 @@ from importlib import resources
 from pathlib import Path
 
 from zfsobs.btf import Btf, resolve_table
-from zfsobs.errors import ZfsobsError
+from zfsobs.errors import FeatureAbsent, ZfsobsError
 from zfsobs.targets import Target
 
 _PROBE_RE = re.compile(r"\b(ENTRY|RETURN)\((\w+)\)")
@@ -63,18 +63,19 @@ def source(name: str, platform: str = "linux") -> str:
     return _INCLUDE_RE.sub(lambda m: (path.parent / m.group(1)).read_text(), path.read_text())
 
 
-def _table() -> dict:
+def offsets_table() -> dict:
+    """probes/offsets.json: struct layouts per build (its "_about" says where they come from)."""
     return json.loads((probes_dir() / "offsets.json").read_text())
 
 
 def _build_entry(target: Target) -> dict:
-    return _table().get(target.kind, {}).get(target.version, {})
+    return offsets_table().get(target.kind, {}).get(target.version, {})
 
 
 @functools.lru_cache(maxsize=None)
 def _module_btf(path: str = MODULE_BTF, base: str = VMLINUX_BTF) -> dict[str, int]:
     """Every OFF()/CONST() name the tables know, looked up in the running module's own BTF."""
-    table = _table()
+    table = offsets_table()
     names = {f for build in table["libzpool"].values() for f in build.get("fields", {})}
     fields = {name: table["btf"]["fields"].get(name, [name]) for name in names}
     btf = Btf(path, base=Btf(base))
@@ -86,7 +87,7 @@ def offsets_for(target: Target) -> dict[str, int]:
     else of its release (offsets.json says where they come from)."""
     build = _build_entry(target)
     if target.kind == "kernel" and target.btf:
-        same_release = _table()["libzpool"].get(target.version, {}).get("constants", {})
+        same_release = offsets_table()["libzpool"].get(target.version, {}).get("constants", {})
         return {**same_release, **build.get("constants", {}), **_module_btf()}
     return {**build.get("fields", {}), **build.get("constants", {})}
 
@@ -156,9 +157,11 @@ def render(name: str, target: Target) -> Rendered:
     have = target.functions
     missing_required = [fn for fn in required_functions(text) if fn not in have]
     if missing_required:
+        message = f"probe {name}: function {', '.join(missing_required)} not in this ZFS build ({target.name}); "
         absent = re.search(r"^\s*\*\s*Absent:\s*(.+)$", text, re.M)
-        raise ZfsobsError(f"probe {name}: function {', '.join(missing_required)} not in this ZFS build "
-                          f"({target.name}); " + (absent.group(1) if absent else "the metric cannot be traced here"))
+        if absent:
+            raise FeatureAbsent(message + absent.group(1))
+        raise ZfsobsError(message + "the metric cannot be traced here")
     offsets = offsets_for(target)
     missing_offsets = [f for f in required_offsets(text) if f not in offsets]
     if missing_offsets:

@@ -130,10 +130,9 @@ class BpftraceSource:
         lines = []
         try:
             lines.append(self._queue.get(timeout=timeout))
-            while True:
-                lines.append(self._queue.get_nowait())
         except queue.Empty:
             pass
+        lines += self._take()
         for line in lines:
             if " hello " in line:
                 self._attached.update(n for n in self.meta["probes"] if f"probe={n} " in line + " ")
@@ -177,13 +176,16 @@ class BpftraceSource:
         deadline = time.monotonic() + timeout
         for pump in self._pumps:
             pump.join(max(0.0, deadline - time.monotonic()))
+        return self._take()
+
+    def _take(self) -> list[str]:
+        """Every line queued now, without waiting."""
         lines = []
         try:
             while True:
                 lines.append(self._queue.get_nowait())
         except queue.Empty:
-            pass
-        return lines
+            return lines
 
     def _signal(self, sig: int) -> None:
         for _, proc in self._procs:

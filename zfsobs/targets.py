@@ -6,7 +6,6 @@ script is attached to it (uprobe on a path, or kprobe). It never knows what a pr
 from __future__ import annotations
 
 import glob
-import json
 import os
 import re
 import struct
@@ -144,10 +143,9 @@ def library_identity(path: str) -> tuple[str, str]:
 
 
 def _known_build(build_id: str) -> str:
-    from zfsobs.probes import probes_dir    # here: probes imports this module
+    from zfsobs.probes import offsets_table    # here: probes imports this module
     try:
-        with open(probes_dir() / "offsets.json") as f:
-            table = json.load(f).get("libzpool", {})
+        table = offsets_table().get("libzpool", {})
     except (OSError, ValueError):
         return ""
     return next((v for v, e in table.items() if build_id and build_id in e.get("build_ids", [])), "")

@@ -8,17 +8,23 @@ The state of the cache comes in three kinds, shown the same way everywhere:
 """
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from zfsobs.events import Event
+from zfsobs.model.cumulative import value_at
 
 COUNTERS = ("reads", "read_bytes", "hits", "hit_bytes", "misses", "miss_bytes", "fill_bytes",
             "declined", "declined_bytes")
 KEEP_NS = 600 * 10**9
 ENABLE_HINT = ("set zfs_vdev_cache_size (bytes per leaf vdev; kernel: at module load, "
                "modprobe zfs zfs_vdev_cache_size=N; lab: --option zfs_vdev_cache_size=N)")
+
+
+class Sample(NamedTuple):
+    ts: int
+    values: dict
 
 
 @dataclass
@@ -34,29 +40,21 @@ class Vdev:
     max: int | None = None
     bshift: int | None = None
     final: bool = False
-    lines: deque = field(default_factory=deque)      # (ts, {counter: cumulative})
+    lines: deque = field(default_factory=deque)      # Sample(ts, {counter: cumulative})
 
     def add(self, ev: Event) -> None:
         f = ev.fields
         self.pool, self.path = str(f.get("pool")), str(f.get("path", "?"))
         self.guid, self.size = f.get("guid"), int(f.get("size") or 0)
         self.max, self.bshift, self.final = f.get("max"), f.get("bshift"), bool(f.get("final"))
-        self.lines.append((ev.ts, {c: int(f.get(c) or 0) for c in COUNTERS}))
-        while len(self.lines) > 2 and ev.ts - self.lines[1][0] > KEEP_NS:
+        self.lines.append(Sample(ev.ts, {c: int(f.get(c) or 0) for c in COUNTERS}))
+        while len(self.lines) > 2 and ev.ts - self.lines[1].ts > KEEP_NS:
             self.lines.popleft()
 
     def at(self, t: int) -> dict | None:
-        """Cumulative counters at t: interpolated between lines, held after the last (a vdev with
-        reads would have sent another line), None before the first."""
-        i = bisect_right(self.lines, t, key=lambda ln: ln[0]) - 1
-        if i < 0:
-            return None
-        ts, values = self.lines[i]
-        if i + 1 == len(self.lines):
-            return dict(values)
-        nts, nxt = self.lines[i + 1]
-        frac = (t - ts) / (nts - ts) if nts > ts else 0.0
-        return {c: values[c] + (nxt[c] - values[c]) * frac for c in COUNTERS}
+        """Cumulative counters at t (held after the last line: a vdev with reads would have sent
+        another), None before the first."""
+        return value_at(self.lines, t, COUNTERS)[1]
 
     def window(self, t0: int, t1: int) -> dict | None:
         end = self.at(t1)
@@ -66,7 +64,7 @@ class Vdev:
         return {c: end[c] - start[c] for c in COUNTERS}
 
     def totals(self) -> dict:
-        return dict(self.lines[-1][1]) if self.lines else {c: 0 for c in COUNTERS}
+        return dict(self.lines[-1].values) if self.lines else {c: 0 for c in COUNTERS}
 
 
 def derive(t: dict) -> dict:
@@ -112,7 +110,7 @@ class VdevCacheModel:
         vdev.add(ev)
         if self.prune and len(self.vdevs) > 1000:     # ztest frees and makes vdevs all the time
             self.vdevs = {k: v for k, v in self.vdevs.items()
-                          if not v.final or ev.ts - v.lines[-1][0] <= KEEP_NS}
+                          if not v.final or ev.ts - v.lines[-1].ts <= KEEP_NS}
 
     def state(self, unavailable: str | None = None) -> tuple[str, str]:
         """(active | disabled | absent | unknown, one line saying why)."""

@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from zfsobs.events import Event
+from zfsobs.model.cumulative import value_at
 
 CLASSES = ("sync_read", "sync_write", "async_read", "async_write", "scrub", "removal",
            "initializing", "trim", "rebuild")
@@ -106,16 +107,11 @@ class Series:
         only known in sum; lines come every 0.5 s while a vdev is busy). After the last line: the
         integrals grow by the depth it reported, which is exact since a vdev with events would have
         sent another line."""
-        i = self._index(t)
-        if i < 0:
+        i, out = value_at(self.lines, t, COUNTERS)
+        if out is None:
             return None
         ln = self.lines[i]
-        if i + 1 < len(self.lines):
-            nxt = self.lines[i + 1]
-            f = (t - ln.ts) / (nxt.ts - ln.ts) if nxt.ts > ln.ts else 0.0
-            out = {c: ln.values[c] + (nxt.values[c] - ln.values[c]) * f for c in COUNTERS}
-        else:
-            out = dict(ln.values)
+        if i + 1 == len(self.lines):
             out["pend_ns"] += ln.pend * (t - ln.ts)
             out["act_ns"] += ln.act * (t - ln.ts)
         out["pend"], out["act"] = ln.pend, ln.act

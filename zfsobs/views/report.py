@@ -53,11 +53,11 @@ def as_dict(capture: Capture) -> dict:
 def _vdev_cache(model: Model, meta: dict) -> tuple[list[dict], dict]:
     """A row per vdev incarnation; the state (active/disabled/absent/unknown) and per-pool figures."""
     state, why = model.vc.state(meta.get("unavailable", {}).get("vdev_cache"))
+    def figures(t: dict) -> dict:
+        return {k: _round(x) if isinstance(x, float) else x for k, x in derive(t).items()}
     rows = [{"pool": v.pool, "pid": v.pid, "vdev": v.path, "guid": v.guid, "size": v.size, "max": v.max,
-             "bshift": v.bshift, **{k: _round(x) if isinstance(x, float) else x for k, x in derive(t).items()}}
-            for v, t in model.vc.rows()]
-    pools = {pool: {k: _round(x) if isinstance(x, float) else x for k, x in derive(t).items()}
-             for pool, t in sorted(model.vc.by_pool().items())}
+             "bshift": v.bshift, **figures(t)} for v, t in model.vc.rows()]
+    pools = {pool: figures(t) for pool, t in sorted(model.vc.by_pool().items())}
     return rows, {"state": state, "why": why, "pools": pools}
 
 
