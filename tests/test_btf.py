@@ -151,7 +151,7 @@ def test_the_zfs_modules_own_btf_gives_every_probe_offset(tmp_path):
     """The kernel target's layout, read from a real zfs.ko 2.1.11 (the kernel lab's image: only
     where it was built, scripts/kernel-lab-image), against bpftool's reading of the same module."""
     from zfsobs import probes
-    from zfsobs.kernel_lab import image_dir
+    from zfsobs.kernel_guest import image_dir
     image = image_dir()
     if not (image / "zfs.ko").exists():
         pytest.skip(f"no kernel lab image at {image} (scripts/kernel-lab-image builds it)")

@@ -19,7 +19,8 @@ def kernel_target(functions, version="2.1.11"):
     """A kernel target whose symbol table is given (no zfs module on these machines); the
     kernel path itself is exercised for real in the kernel lab."""
     t = Target("kernel", "", version)
-    t.__dict__["functions"] = frozenset(functions)
+    t.__dict__["symbols"] = {f: ("func", 0xffffffffc0100000 + 64 * i) for i, f in enumerate(functions)}
+    t.__dict__["symbols"]["zfs_vdev_max_active"] = ("data", 0xffffffffc0200040)
     return t
 
 
@@ -131,7 +132,8 @@ def test_vdev_queue_reads_tunables_through_the_librarys_got_and_compiles(tmp_pat
     compiles(r.text, tmp_path)
 
 
-def test_vdev_queue_on_the_kernel_uses_kaddr_but_needs_the_layout():
+def test_vdev_queue_on_the_kernel_uses_kallsyms_addresses_but_needs_the_layout():
     with pytest.raises(ZfsobsError, match="struct layout of kernel 2.1.11 unknown"):
         render("vdev_queue", kernel_target(VQ_FUNCS))
-    assert kernel_target(VQ_FUNCS).global_address("zfs_vdev_max_active", "vdev_queue_io") == 'kaddr("zfs_vdev_max_active")'
+    assert kernel_target(VQ_FUNCS).global_address("zfs_vdev_max_active", "vdev_queue_io") == "0xffffffffc0200040"
+    assert kernel_target(VQ_FUNCS).global_address("zfs_no_such_tunable", "vdev_queue_io") is None

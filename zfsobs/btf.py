@@ -35,14 +35,13 @@ class Btf:
         self.strings = data[hdr_len + str_off: hdr_len + str_off + str_len]
         self._str_base = len(base.all_strings()) if base else 0
         self._first_id = base.next_id if base else 1       # id 0 is void
-        # per type: (kind, name, size_or_type, kind_flag, items)
-        self.types: list[tuple] = []
-        self._parse(data[hdr_len + type_off: hdr_len + type_off + type_len])
-        self.next_id = self._first_id + len(self.types)
-        self._by_name: dict[tuple[int, str], list[int]] = {}
-        for i, t in enumerate(self.types):
-            if t[1]:
-                self._by_name.setdefault((t[0], t[1]), []).append(self._first_id + i)
+        # Types are only located here and decoded when asked for: a module's layout needs a handful of
+        # vmlinux's ~100k types, and decoding them all cost seconds (minutes under the kernel lab's TCG).
+        self._buf = data[hdr_len + type_off: hdr_len + type_off + type_len]
+        self._pos = self._locate(self._buf)
+        self._decoded: dict[int, tuple] = {}
+        self.next_id = self._first_id + len(self._pos)
+        self._names: dict[tuple[int, str], list[int]] | None = None
 
     def all_strings(self) -> bytes:
         return (self.base.all_strings() if self.base else b"") + self.strings
@@ -53,50 +52,77 @@ class Btf:
         raw = self.strings[off - self._str_base:]
         return raw[:raw.index(b"\0")].decode()
 
-    def _parse(self, buf: bytes) -> None:
-        pos = 0
+    @staticmethod
+    def _locate(buf: bytes) -> list[int]:
+        """Where each type record starts (records vary in length with their kind and vlen)."""
+        pos, starts, unpack = 0, [], struct.unpack_from
         while pos < len(buf):
-            name_off, info, size_or_type = struct.unpack_from("<III", buf, pos)
+            starts.append(pos)
+            info = unpack("<I", buf, pos + 4)[0]
+            kind, vlen = (info >> 24) & 0x1F, info & 0xFFFF
             pos += 12
-            kind, vlen, kflag = (info >> 24) & 0x1F, info & 0xFFFF, info >> 31
-            items = []
-            if kind in (STRUCT, UNION):
-                for _ in range(vlen):
-                    m_name, m_type, m_off = struct.unpack_from("<III", buf, pos)
-                    pos += 12
-                    # with kind_flag the offset word also holds a bitfield size in its top byte
-                    items.append((self._str(m_name) if m_name else "", m_type, m_off & 0xFFFFFF if kflag else m_off))
-            elif kind == ENUM:
-                for _ in range(vlen):
-                    e_name, e_val = struct.unpack_from("<Ii", buf, pos)
-                    pos += 8
-                    items.append((self._str(e_name), e_val))
-            elif kind == ENUM64:
-                for _ in range(vlen):
-                    e_name, lo, hi = struct.unpack_from("<III", buf, pos)
-                    pos += 12
-                    items.append((self._str(e_name), lo | hi << 32))
-            elif kind == ARRAY:
-                items = list(struct.unpack_from("<III", buf, pos))      # elem type, index type, nelems
-                pos += 12
+            if kind in _PER_ITEM:
+                pos += _PER_ITEM[kind] * vlen
             elif kind in _FIXED:
                 pos += _FIXED[kind]
-            elif kind in _PER_ITEM:
-                pos += _PER_ITEM[kind] * vlen
             elif kind not in (PTR, FWD, TYPEDEF, VOLATILE, CONST, RESTRICT, FUNC, FLOAT, TYPE_TAG):
                 raise ZfsobsError(f"BTF: unknown type kind {kind}")
-            self.types.append((kind, self._str(name_off) if name_off else "", size_or_type, kflag, items))
+        return starts
+
+    def _decode(self, i: int) -> tuple:
+        """Type record i as (kind, name, size_or_type, kind_flag, items)."""
+        buf, pos = self._buf, self._pos[i]
+        name_off, info, size_or_type = struct.unpack_from("<III", buf, pos)
+        pos += 12
+        kind, vlen, kflag = (info >> 24) & 0x1F, info & 0xFFFF, info >> 31
+        items = []
+        if kind in (STRUCT, UNION):
+            for _ in range(vlen):
+                m_name, m_type, m_off = struct.unpack_from("<III", buf, pos)
+                pos += 12
+                # with kind_flag the offset word also holds a bitfield size in its top byte
+                items.append((self._str(m_name) if m_name else "", m_type, m_off & 0xFFFFFF if kflag else m_off))
+        elif kind == ENUM:
+            for _ in range(vlen):
+                e_name, e_val = struct.unpack_from("<Ii", buf, pos)
+                pos += 8
+                items.append((self._str(e_name), e_val))
+        elif kind == ENUM64:
+            for _ in range(vlen):
+                e_name, lo, hi = struct.unpack_from("<III", buf, pos)
+                pos += 12
+                items.append((self._str(e_name), lo | hi << 32))
+        elif kind == ARRAY:
+            items = list(struct.unpack_from("<III", buf, pos))      # elem type, index type, nelems
+        return kind, self._str(name_off) if name_off else "", size_or_type, kflag, items
+
+    @property
+    def types(self) -> list[tuple]:
+        return [self.type(self._first_id + i) for i in range(len(self._pos))]
 
     def type(self, tid: int) -> tuple:
         if tid < self._first_id:
             if self.base is None:
                 raise ZfsobsError(f"BTF: no type {tid}")
             return self.base.type(tid)
-        return self.types[tid - self._first_id]
+        i = tid - self._first_id
+        if i not in self._decoded:
+            if i >= len(self._pos):
+                raise ZfsobsError(f"BTF: no type {tid}")
+            self._decoded[i] = self._decode(i)
+        return self._decoded[i]
 
     def _named(self, kind: int, name: str) -> list[int]:
-        found = self._by_name.get((kind, name), [])
-        return found + (self.base._named(kind, name) if self.base else [])
+        if self._names is None:       # names only: no member lists decoded
+            self._names = {}
+            for i, pos in enumerate(self._pos):
+                name_off, info = struct.unpack_from("<II", self._buf, pos)
+                if name_off:
+                    key = ((info >> 24) & 0x1F, self._str(name_off))
+                    self._names.setdefault(key, []).append(self._first_id + i)
+        found = self._names.get((kind, name), [])
+        # a module's own types shadow the base's (and spare indexing all of vmlinux's names)
+        return found + (self.base._named(kind, name) if self.base and not found else [])
 
     def _resolve(self, tid: int) -> tuple:
         """The type behind typedefs and qualifiers."""

@@ -99,7 +99,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=_positive, metavar="S", help="stop after S seconds")
     p.add_argument("--workload", default="default", metavar="W", help="default, or zil (a busier ZIL)")
     _zfs_arg(p)
-    p.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE")
+    p.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE",
+                   help="a ZFS tunable: for ztest, or with --kernel a zfs module parameter set at load")
     p.add_argument("--kernel", action="store_true", help="the kernel lab: run -- CMD ... in a QEMU guest "
                    "with OpenZFS's kernel module and pool zfsobs_klab (docs/kernel-lab.md)")
     p.add_argument("--layout", help="with --kernel: mirror-log (default), mirror or single")
@@ -107,6 +108,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=_positive, metavar="S", help="with --kernel: wall-clock limit "
                    "(default 3600 s)")
     p.add_argument("--console", action="store_true", help="with --kernel: copy the guest console to stderr")
+    p.add_argument("--share", action="append", default=[], metavar="DIR",
+                   help="with --kernel: a host directory the guest can write, at the same path (repeatable)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="with --kernel: -- CMD ... to run in the guest")
 
     p = sub.add_parser("probes", help="list probe scripts, or show one rendered for a target")
@@ -191,11 +194,13 @@ def _top(args) -> int:
     from rich.console import Console
     from zfsobs.session import Session
     from zfsobs.views.lines import TxgLines
-    tty = sys.stdout.isatty()
+    # ZFSOBS_TTY: the kernel lab's guest writes to the host's terminal through a serial port
+    forced = os.environ.get("ZFSOBS_TTY") == "1"
+    tty = sys.stdout.isatty() or forced
     with Session(args) as session:
         if tty:
             from zfsobs.views.live import run_live
-            run_live(session, Console())
+            run_live(session, Console(force_terminal=True) if forced else Console())
         else:
             session.pipeline.listeners.append(TxgLines(session.source.meta, sep=args.separator))
             session.run(tick=args.interval)
@@ -280,13 +285,14 @@ def _replay(capture, args) -> int:
 def _kernel_lab(args) -> int:
     from zfsobs.kernel_lab import DEFAULT_TIMEOUT, KernelLab
     from zfsobs.session import Terminated, raise_on_termination
-    given = [f for f, v in (("--duration", args.duration), ("--zfs", args.zfs), ("-o", args.option),
+    given = [f for f, v in (("--duration", args.duration), ("--zfs", args.zfs),
                             ("--workload", args.workload != "default")) if v]
     if given:
         raise ZfsobsError(f"lab --kernel does not take {', '.join(given)} (userland lab only)")
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     lab = KernelLab(command, layout=args.layout or "mirror-log", disk_size=args.disk_size or "2G",
-                    timeout=args.timeout or DEFAULT_TIMEOUT, console=args.console)
+                    timeout=args.timeout or DEFAULT_TIMEOUT, console=args.console,
+                    options=args.option, shares=args.share)
     raise_on_termination()
     try:
         return lab.run()
@@ -298,7 +304,7 @@ def _kernel_lab(args) -> int:
 def _lab(args) -> int:
     given = [f for f, v in (("--layout", args.layout), ("--disk-size", args.disk_size),
                             ("--timeout", args.timeout), ("--console", args.console),
-                            ("-- CMD", args.command)) if v]
+                            ("--share", args.share), ("-- CMD", args.command)) if v]
     if given:
         raise ZfsobsError(f"lab: {', '.join(given)}: only with --kernel")
     from zfsobs.lab import Lab

@@ -8,7 +8,6 @@ powered off and every temp file removed, whatever ends the run.
 from __future__ import annotations
 
 import collections
-import hashlib
 import os
 import re
 import selectors
@@ -19,118 +18,21 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from zfsobs.errors import ZfsobsError
+from zfsobs.kernel_guest import (BUILDER, POOL, PROJECT, ensure_image, parse_layout, parse_module_options,
+                                 parse_size, probe_accel, setup_script)
 from zfsobs.procs import die_with_parent
+from zfsobs.session import Terminated
 
-PROJECT = Path(__file__).resolve().parent.parent
-BUILDER = PROJECT / "scripts" / "kernel-lab-image"
 AGENT = PROJECT / "scripts" / "kernel-lab-guest"
-DEFAULT_CACHE = "/var/cache/zfsobs/kernel-lab"
-POOL = "zfsobs_klab"
 QEMU = "qemu-system-x86_64"
+STREAMS = ("console", "stdout", "stderr", "signal")   # qemu connects to one socket of ours for each
 DEFAULT_TIMEOUT = 3600.0
 TEMP_PREFIX = "zfsobs-klab-"
-
-
-@dataclass(frozen=True)
-class Layout:
-    name: str
-    data_disks: int
-    log: bool
-
-    def vdev_spec(self) -> list[str]:
-        """zpool create's vdev arguments; data disks are vdb, vdc, ... after the root disk vda."""
-        disks = [f"/dev/vd{chr(ord('b') + i)}" for i in range(self.data_disks + self.log)]
-        spec = (["mirror"] if self.data_disks > 1 else []) + disks[: self.data_disks]
-        return spec + (["log", disks[-1]] if self.log else [])
-
-
-LAYOUTS = {
-    "mirror-log": Layout("mirror-log", 2, True),
-    "mirror": Layout("mirror", 2, False),
-    "single": Layout("single", 1, False),
-}
-
-
-def parse_layout(name: str) -> Layout:
-    try:
-        return LAYOUTS[name]
-    except KeyError:
-        raise ZfsobsError(f"no layout {name!r} (have: {', '.join(LAYOUTS)})") from None
-
-
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-MIN_DISK = 128 << 20    # ZFS refuses vdevs under 64 MiB; a log device gets half a data disk
-
-
-def parse_size(text: str) -> int:
-    """'2G', '512M', '1.5G', bytes: a disk size in bytes."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
-    if not m:
-        raise ZfsobsError(f"not a size: {text!r} (e.g. 2G, 512M)")
-    size = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
-    if size < MIN_DISK:
-        raise ZfsobsError(f"disk size {text!r} is too small (at least {MIN_DISK >> 20}M)")
-    return size
-
-
-def recipe_key(script: Path = BUILDER) -> str:
-    """The image's cache key: the builder script's own sha256, as scripts/kernel-lab-image computes it."""
-    try:
-        return hashlib.sha256(script.read_bytes()).hexdigest()[:16]
-    except OSError as exc:
-        raise ZfsobsError(f"cannot read the image recipe {script}: {exc.strerror}") from None
-
-
-def image_dir(key: str | None = None) -> Path:
-    cache = Path(os.environ.get("ZFSOBS_KLAB_CACHE") or DEFAULT_CACHE)
-    return cache / f"bookworm-{key or recipe_key()}"
-
-
-def probe_accel() -> tuple[str, str]:
-    """('kvm' | 'tcg', why). KVM only when it can really run a stock guest: /dev/kvm usable, the CPU
-    has VMX/SVM and the KVM module is not the PVM flavour (which emulates a stock kernel ~1000x slower
-    and dies on some instructions). ZFSOBS_KLAB_ACCEL=kvm|tcg overrides."""
-    forced = os.environ.get("ZFSOBS_KLAB_ACCEL", "")
-    if forced:
-        if forced not in ("kvm", "tcg"):
-            raise ZfsobsError(f"ZFSOBS_KLAB_ACCEL={forced!r}: use kvm or tcg")
-        return forced, "ZFSOBS_KLAB_ACCEL"
-    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
-        return "tcg", "no usable /dev/kvm"
-    if os.path.isdir("/sys/module/kvm_pvm"):
-        return "tcg", "/dev/kvm is the PVM flavour (no VMX), useless for a stock guest"
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        flags = ""
-    if not re.search(r"^flags\s*:.*\b(vmx|svm)\b", flags, re.MULTILINE):
-        return "tcg", "the CPU shows no VMX/SVM"
-    if not (os.path.isdir("/sys/module/kvm_intel") or os.path.isdir("/sys/module/kvm_amd")):
-        return "tcg", "neither kvm_intel nor kvm_amd is loaded"
-    return "kvm", "/dev/kvm with hardware virtualisation"
-
-
-def ensure_image(build: bool = True) -> Path:
-    """The built image's directory; builds it first (a one-time ~10 min) when missing."""
-    img = image_dir()
-    if (img / "complete").is_file():
-        return img
-    if not BUILDER.is_file():
-        raise ZfsobsError(f"the kernel lab needs a zfsobs source checkout ({BUILDER} is missing)")
-    if not build:
-        raise ZfsobsError(f"no kernel lab image at {img}; build it with: sudo {BUILDER}")
-    if os.geteuid() != 0:
-        raise ZfsobsError(f"no kernel lab image at {img}; build it (as root) with: sudo {BUILDER}")
-    print(f"zfsobs: kernel lab image not built yet: building it now with {BUILDER} "
-          "(once per recipe, ~10 min)", file=sys.stderr)
-    res = subprocess.run([str(BUILDER)], stdout=sys.stderr, stdin=subprocess.DEVNULL)
-    if res.returncode != 0 or not (img / "complete").is_file():
-        raise ZfsobsError(f"building the kernel lab image failed (rc {res.returncode}); see the log above")
-    return img
+STOP_GRACE = 120.0        # after Ctrl-C: how long CMD gets to finish in the guest (TCG is slow)
+ATTACH_TIMEOUT_TCG = 900  # bpftrace compiles and attaches ~20x slower under TCG
 
 
 def sweep_stale(tmp: Path) -> None:
@@ -146,25 +48,17 @@ def _opt(path: Path) -> str:
     return str(path).replace(",", ",,")
 
 
-def setup_script(layout: Layout) -> str:
-    return "\n".join([
-        "set -ex",
-        "modprobe zfs",
-        "udevadm settle --timeout=60",
-        f"zpool create -f -o ashift=12 -O mountpoint=/{POOL} {POOL} " + " ".join(layout.vdev_spec()),
-        f"zpool status {POOL}",
-        "",
-    ])
-
-
 class KernelLab:
     """One guest run. run() returns CMD's exit status; raises ZfsobsError when the guest fails."""
 
     def __init__(self, command: list[str], layout: str = "mirror-log", disk_size: str = "2G",
-                 timeout: float = DEFAULT_TIMEOUT, console: bool = False, memory: str = "2G"):
+                 timeout: float = DEFAULT_TIMEOUT, console: bool = False, memory: str = "2G",
+                 options: list[str] = (), shares: list[str] = ()):
         if not command:
             raise ZfsobsError("lab --kernel: give the command to run in the guest: -- CMD ...")
         self.command = command
+        self.options = parse_module_options(list(options))
+        self.shares = [self._share(d) for d in shares]
         self.layout = parse_layout(layout)
         self.disk_size = parse_size(disk_size)
         self.timeout = timeout
@@ -177,6 +71,29 @@ class KernelLab:
         self.timings: dict[str, float] = {}
         self._partial = b""
         self._socks: list[socket.socket] = []
+        self._signal_conn: socket.socket | None = None
+        self._stopping = 0.0      # when CMD was asked to stop (Ctrl-C, SIGTERM)
+
+    @staticmethod
+    def _share(path: str) -> Path:
+        d = Path(path).resolve()
+        if not d.is_dir():
+            raise ZfsobsError(f"--share {path}: not a directory")
+        if "\n" in str(d):
+            raise ZfsobsError(f"--share {path}: a newline in the path")
+        return d
+
+    def _guest_env(self) -> str:
+        """Environment for CMD in the guest: what the host terminal is, so `zfsobs top` draws its live
+        view into it, and a longer bpftrace attach limit under TCG."""
+        env = {}
+        if sys.stdout.isatty():
+            size = shutil.get_terminal_size()
+            env.update(ZFSOBS_TTY="1", COLUMNS=str(size.columns), LINES=str(size.lines),
+                       TERM=os.environ.get("TERM", "xterm-256color"))
+        if self.accel == "tcg":
+            env["ZFSOBS_ATTACH_TIMEOUT"] = str(ATTACH_TIMEOUT_TCG)
+        return "".join(f"{k}={v}\n" for k, v in env.items())
 
     # ------------------------------------------------------------------ set up
     def _prepare(self, img: Path) -> list[str]:
@@ -187,7 +104,9 @@ class KernelLab:
         ctl.mkdir()
         shutil.copy(AGENT, ctl / "agent.sh")
         (ctl / "project").write_text(str(PROJECT))
-        (ctl / "setup.sh").write_text(setup_script(self.layout))
+        (ctl / "setup.sh").write_text(setup_script(self.layout, self.options))
+        (ctl / "env").write_text(self._guest_env())
+        (ctl / "shares").write_text("".join(f"zfsobs_share{i} {d}\n" for i, d in enumerate(self.shares)))
         (ctl / "argv").write_bytes(b"".join(a.encode() + b"\0" for a in self.command))
         drives = []
         log_size = min(1 << 30, self.disk_size // 2)
@@ -199,10 +118,14 @@ class KernelLab:
         if self.accel == "kvm":
             accel = ["-accel", "kvm", "-cpu", "host"]
         else:
-            accel = ["-accel", "tcg,thread=multi,tb-size=512", "-cpu", "max"]
+            accel = ["-accel", "tcg,thread=multi,tb-size=512", "-cpu", os.environ.get("ZFSOBS_KLAB_CPU", "max")]
         append = ("root=/dev/vda rw rootfstype=ext4 console=ttyS0 init=/sbin/zfsobs-init panic=-1 "
                   "loglevel=4 modprobe.blacklist=kvm,kvm_amd,kvm_intel")
-        socks = {name: self.dir / f"{name}.sock" for name in ("console", "stdout", "stderr")}
+        socks = {name: self.dir / f"{name}.sock" for name in STREAMS}
+        shares = []
+        for i, d in enumerate(self.shares):
+            shares += ["-virtfs", f"local,path={_opt(d)},mount_tag=zfsobs_share{i},security_model=none,"
+                                  f"id=share{i}"]
         return [QEMU, *accel, "-m", self.memory, "-smp", str(max(2, min(4, os.cpu_count() or 2))),
                 "-nodefaults", "-display", "none", "-no-reboot", "-nic", "none",
                 "-kernel", str(img / "vmlinuz"), "-initrd", str(img / "initrd.img"), "-append", append,
@@ -212,12 +135,15 @@ class KernelLab:
                 "-virtfs", f"local,path={_opt(ctl)},mount_tag=zfsobs_ctl,security_model=none,id=ctl",
                 "-virtfs", f"local,path={_opt(PROJECT)},mount_tag=zfsobs_project,security_model=none,"
                            "readonly=on,id=project",
+                *shares,
                 "-chardev", f"socket,id=console,path={_opt(socks['console'])}", "-serial", "chardev:console",
                 "-device", "virtio-serial-pci",
                 "-chardev", f"socket,id=out,path={_opt(socks['stdout'])}",
                 "-device", "virtserialport,chardev=out,name=org.zfsobs.stdout",
                 "-chardev", f"socket,id=err,path={_opt(socks['stderr'])}",
-                "-device", "virtserialport,chardev=err,name=org.zfsobs.stderr"]
+                "-device", "virtserialport,chardev=err,name=org.zfsobs.stderr",
+                "-chardev", f"socket,id=sig,path={_opt(socks['signal'])}",
+                "-device", "virtserialport,chardev=sig,name=org.zfsobs.signal"]
 
     # ------------------------------------------------------------------ run
     def run(self) -> int:
@@ -233,7 +159,7 @@ class KernelLab:
     def _run(self, img: Path, t0: float) -> int:
         argv = self._prepare(img)
         listeners = {}
-        for name in ("console", "stdout", "stderr"):
+        for name in STREAMS:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.bind(str(self.dir / f"{name}.sock"))
             s.listen(1)
@@ -253,15 +179,27 @@ class KernelLab:
         sinks = {"stdout": sys.stdout.buffer, "stderr": sys.stderr.buffer}
         open_streams = 1
         while open_streams:
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 raise ZfsobsError(f"lab --kernel: timed out after {self.timeout:g} s; guest powered off")
-            for key, _ in sel.select(timeout=1.0):
+            if self._stopping and now - self._stopping > STOP_GRACE:
+                raise ZfsobsError(f"lab --kernel: the command did not stop within {STOP_GRACE:g} s "
+                                  "of being asked; guest powered off")
+            try:
+                ready = sel.select(timeout=1.0)
+            except (KeyboardInterrupt, Terminated) as exc:
+                self._forward(exc)
+                continue
+            for key, _ in ready:
                 kind, name = key.data
                 if kind == "listen":
                     conn, _ = key.fileobj.accept()
                     self._socks.append(conn)
                     sel.unregister(key.fileobj)
                     key.fileobj.close()
+                    if name == "signal":          # ours to write to, never read
+                        self._signal_conn = conn
+                        continue
                     sel.register(conn, selectors.EVENT_READ, ("stream", name))
                     open_streams += 1
                     continue
@@ -277,13 +215,27 @@ class KernelLab:
                     self._console(data)
         self.qemu.wait()
         for name, s in listeners.items():     # connected only as qemu ended: drain what it sent
-            if s.fileno() != -1:
+            if s.fileno() != -1 and name != "signal":
                 self._drain(s, sinks.get(name))
         self.timings["guest"] = time.monotonic() - t0
         boot = self.timings.get("guest_running")
         print(f"zfsobs: kernel lab: guest powered off after {self.timings['guest']:.0f} s"
               + (f" (command started {boot:.0f} s after boot)" if boot else ""), file=sys.stderr)
         return self._result()
+
+    def _forward(self, exc: BaseException) -> None:
+        """Ctrl-C or SIGTERM: pass it to CMD in the guest, so it ends as it would on a host (a record
+        closes its capture, top restores the terminal). A second one, or no CMD yet, powers off."""
+        sig = "INT" if isinstance(exc, KeyboardInterrupt) else "TERM"
+        if self._stopping or self._signal_conn is None or "guest_running" not in self.timings:
+            raise exc
+        try:
+            self._signal_conn.sendall(sig.encode() + b"\n")
+        except OSError:
+            raise exc from None
+        self._stopping = time.monotonic()
+        print(f"zfsobs: kernel lab: SIG{sig} passed to the command in the guest "
+              "(again to power off at once)", file=sys.stderr)
 
     def _drain(self, listener: socket.socket, sink) -> None:
         listener.setblocking(False)

@@ -27,10 +27,16 @@ _NOISE = ("couldn't set RLIMIT_MEMLOCK", "Error while reading traceable function
           "WARNING: ", "Attaching ")
 DEFAULT_PROBES = ("txg", "zil", "vdev_queue", "vdev_cache")
 REQUIRED_PROBES = ("txg",)     # the backbone; the others are left out where the target cannot give them
-START_TIMEOUT = 60.0
+START_TIMEOUT = float(os.environ.get("ZFSOBS_ATTACH_TIMEOUT") or 60)  # the kernel lab raises it for TCG
 # Per-CPU counter keys (the zil probe) multiply with CPUs and pools: room for 64k keys per map
 # instead of bpftrace's default 4096, past which updates would fail silently.
 _BPFTRACE_ENV = dict(os.environ, BPFTRACE_MAP_KEYS_MAX="65536")
+# The probes read fields by offset, never by BTF type. Yet bpftrace 0.17 looks up every cast's type
+# name (uint64, int32) in vmlinux's BTF and in every module's split BTF, a full scan each that fails:
+# with 50 modules loaded, vdev_queue.bt took 171 s to compile under the kernel lab's TCG (8.5 s with
+# vmlinux's BTF alone). Module BTF stays available to zfsobs itself (probes._module_btf).
+if os.path.exists("/sys/kernel/btf/vmlinux"):
+    _BPFTRACE_ENV.setdefault("BPFTRACE_BTF", "/sys/kernel/btf/vmlinux")
 
 
 def _child_setup() -> None:

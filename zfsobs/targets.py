@@ -52,14 +52,13 @@ class Target:
 
     @cached_property
     def functions(self) -> frozenset[str]:
-        if self.kind == "libzpool":
-            return frozenset(n for n, (kind, _) in self.symbols.items() if kind == "func")
-        return _kernel_functions()
+        return frozenset(n for n, (kind, _) in self.symbols.items() if kind == "func")
 
     @cached_property
     def symbols(self) -> dict[str, tuple[str, int]]:
-        """libzpool's exported symbols: name -> ("func" | "data", address in the file)."""
-        return _exported_symbols(self.path) if self.kind == "libzpool" else {}
+        """name -> ("func" | "data", address): libzpool's exported symbols (file addresses), or the
+        zfs module's from kallsyms (run-time addresses; a function inlined everywhere is not there)."""
+        return _exported_symbols(self.path) if self.kind == "libzpool" else _kernel_symbols()
 
     @cached_property
     def got_slots(self) -> dict[str, int]:
@@ -72,7 +71,9 @@ class Target:
         Through the library's GOT slot: a program that uses the variable itself (zdb sets
         zfs_vdev_async_read_max_active) gets a copy relocation, and the library's copy goes stale."""
         if self.kind != "libzpool":
-            return f'kaddr("{symbol}")'
+            # bpftrace 0.17's kaddr() finds only vmlinux symbols, so the address goes in as a number
+            sym = self.symbols.get(symbol)
+            return f"{sym[1]:#x}" if sym and sym[0] == "data" and sym[1] else None
         sym, fn = self.symbols.get(symbol), self.symbols.get(probed)
         if not sym or not fn or sym[0] != "data" or fn[0] != "func":
             return None
@@ -111,17 +112,18 @@ def _got_slots(path: str) -> dict[str, int]:
     return slots
 
 
-def _kernel_functions() -> frozenset[str]:
-    names = set()
+def _kernel_symbols() -> dict[str, tuple[str, int]]:
+    """The zfs module's symbols from /proc/kallsyms (addresses are 0 unless root)."""
+    names = {}
     try:
         with open("/proc/kallsyms") as f:
             for line in f:
                 parts = line.split()
-                if len(parts) >= 4 and parts[3] == "[zfs]" and parts[1] in ("T", "t"):
-                    names.add(parts[2])
+                if len(parts) >= 4 and parts[3] == "[zfs]" and parts[1] in "TtDdBbRr":
+                    names[parts[2]] = ("func" if parts[1] in "Tt" else "data", int(parts[0], 16))
     except OSError:
         pass
-    return frozenset(names)
+    return names
 
 
 def library_identity(path: str) -> tuple[str, str]:

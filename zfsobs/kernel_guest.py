@@ -1,0 +1,146 @@
+"""The kernel lab's guest machine: its cached image (scripts/kernel-lab-image), the accelerator it runs
+on, its data disks' layout and sizes, and the shell steps that load the module and create the pool."""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from zfsobs.errors import ZfsobsError
+
+PROJECT = Path(__file__).resolve().parent.parent
+BUILDER = PROJECT / "scripts" / "kernel-lab-image"
+DEFAULT_CACHE = "/var/cache/zfsobs/kernel-lab"
+POOL = "zfsobs_klab"
+
+
+@dataclass(frozen=True)
+class Layout:
+    name: str
+    data_disks: int
+    log: bool
+
+    def vdev_spec(self) -> list[str]:
+        """zpool create's vdev arguments; data disks are vdb, vdc, ... after the root disk vda."""
+        disks = [f"/dev/vd{chr(ord('b') + i)}" for i in range(self.data_disks + self.log)]
+        spec = (["mirror"] if self.data_disks > 1 else []) + disks[: self.data_disks]
+        return spec + (["log", disks[-1]] if self.log else [])
+
+
+LAYOUTS = {
+    "mirror-log": Layout("mirror-log", 2, True),
+    "mirror": Layout("mirror", 2, False),
+    "single": Layout("single", 1, False),
+}
+
+
+def parse_layout(name: str) -> Layout:
+    try:
+        return LAYOUTS[name]
+    except KeyError:
+        raise ZfsobsError(f"no layout {name!r} (have: {', '.join(LAYOUTS)})") from None
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+MIN_DISK = 128 << 20    # ZFS refuses vdevs under 64 MiB; a log device gets half a data disk
+
+
+def parse_size(text: str) -> int:
+    """'2G', '512M', '1.5G', bytes: a disk size in bytes."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    if not m:
+        raise ZfsobsError(f"not a size: {text!r} (e.g. 2G, 512M)")
+    size = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+    if size < MIN_DISK:
+        raise ZfsobsError(f"disk size {text!r} is too small (at least {MIN_DISK >> 20}M)")
+    return size
+
+
+def recipe_key(script: Path = BUILDER) -> str:
+    """The image's cache key: the builder script's own sha256, as scripts/kernel-lab-image computes it."""
+    try:
+        return hashlib.sha256(script.read_bytes()).hexdigest()[:16]
+    except OSError as exc:
+        raise ZfsobsError(f"cannot read the image recipe {script}: {exc.strerror}") from None
+
+
+def image_dir(key: str | None = None) -> Path:
+    cache = Path(os.environ.get("ZFSOBS_KLAB_CACHE") or DEFAULT_CACHE)
+    return cache / f"bookworm-{key or recipe_key()}"
+
+
+def probe_accel() -> tuple[str, str]:
+    """('kvm' | 'tcg', why). KVM only when it can really run a stock guest: /dev/kvm usable, the CPU
+    has VMX/SVM and the KVM module is not the PVM flavour (which emulates a stock kernel ~1000x slower
+    and dies on some instructions). ZFSOBS_KLAB_ACCEL=kvm|tcg overrides."""
+    forced = os.environ.get("ZFSOBS_KLAB_ACCEL", "")
+    if forced:
+        if forced not in ("kvm", "tcg"):
+            raise ZfsobsError(f"ZFSOBS_KLAB_ACCEL={forced!r}: use kvm or tcg")
+        return forced, "ZFSOBS_KLAB_ACCEL"
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return "tcg", "no usable /dev/kvm"
+    if os.path.isdir("/sys/module/kvm_pvm"):
+        return "tcg", "/dev/kvm is the PVM flavour (no VMX), useless for a stock guest"
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        flags = ""
+    if not re.search(r"^flags\s*:.*\b(vmx|svm)\b", flags, re.MULTILINE):
+        return "tcg", "the CPU shows no VMX/SVM"
+    if not (os.path.isdir("/sys/module/kvm_intel") or os.path.isdir("/sys/module/kvm_amd")):
+        return "tcg", "neither kvm_intel nor kvm_amd is loaded"
+    return "kvm", "/dev/kvm with hardware virtualisation"
+
+
+def ensure_image(build: bool = True) -> Path:
+    """The built image's directory; builds it first (a one-time ~10 min) when missing."""
+    img = image_dir()
+    if (img / "complete").is_file():
+        return img
+    if not BUILDER.is_file():
+        raise ZfsobsError(f"the kernel lab needs a zfsobs source checkout ({BUILDER} is missing)")
+    if not build:
+        raise ZfsobsError(f"no kernel lab image at {img}; build it with: sudo {BUILDER}")
+    if os.geteuid() != 0:
+        raise ZfsobsError(f"no kernel lab image at {img}; build it (as root) with: sudo {BUILDER}")
+    print(f"zfsobs: kernel lab image not built yet: building it now with {BUILDER} "
+          "(once per recipe, ~10 min)", file=sys.stderr)
+    res = subprocess.run([str(BUILDER)], stdout=sys.stderr, stdin=subprocess.DEVNULL)
+    if res.returncode != 0 or not (img / "complete").is_file():
+        raise ZfsobsError(f"building the kernel lab image failed (rc {res.returncode}); see the log above")
+    return img
+
+
+def parse_module_options(options: list[str]) -> list[tuple[str, str]]:
+    """-o NAME=VALUE for the zfs module: given at load time, because some (zfs_vdev_cache_size) are
+    read-only once it is loaded."""
+    out = []
+    for opt in options:
+        m = re.fullmatch(r"([a-z][a-z0-9_]*)=([\w.:-]+)", opt)
+        if not m:
+            raise ZfsobsError(f"-o {opt!r}: use NAME=VALUE with a zfs module parameter, e.g. "
+                              "zfs_vdev_cache_size=1048576")
+        out.append((m.group(1), m.group(2)))
+    return out
+
+
+def setup_script(layout: Layout, options: list[tuple[str, str]] = ()) -> str:
+    """Load the module with the options (each checked: modprobe only warns about an unknown one),
+    then create the pool on the layout's disks."""
+    params = "/sys/module/zfs/parameters"
+    checks = [f'[ -e {params}/{n} ] || {{ echo "the zfs module has no parameter {n}"; exit 3; }}'
+              for n, _ in options]
+    return "\n".join([
+        "set -ex",
+        "modprobe zfs " + " ".join(f"{n}={v}" for n, v in options),
+        *checks,
+        "udevadm settle --timeout=60",
+        f"zpool create -f -o ashift=12 -O mountpoint=/{POOL} {POOL} " + " ".join(layout.vdev_spec()),
+        f"zpool status {POOL}",
+        "",
+    ])
