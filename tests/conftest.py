@@ -50,9 +50,23 @@ def lab_ready() -> str:
     return ""
 
 
+def kernel_lab_ready() -> str:
+    """Why the kernel lab tests cannot run here, or '' when they can: they boot a guest, so they run
+    where its image is built (./scripts/test builds it) unless ZFSOBS_KERNEL_LAB=0."""
+    if os.environ.get("ZFSOBS_KERNEL_LAB") == "0":
+        return "ZFSOBS_KERNEL_LAB=0"
+    if os.geteuid() != 0:
+        return "needs root"
+    from zfsobs.kernel_guest import image_dir
+    if not (image_dir() / "complete").is_file():
+        return f"no kernel lab image at {image_dir()} (scripts/kernel-lab-image builds it)"
+    return ""
+
+
 def pytest_collection_modifyitems(config, items):
     """Fast tests first, the real-lab tests last, so a failure shows early."""
-    items.sort(key=lambda item: item.get_closest_marker("lab") is not None)
+    items.sort(key=lambda item: (item.get_closest_marker("lab") is not None,
+                                 item.get_closest_marker("kernel") is not None))
 
 
 @contextlib.contextmanager

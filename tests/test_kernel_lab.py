@@ -2,11 +2,14 @@
 probe, the image cache key. The one test that boots a guest is marked `kernel` and runs only with
 ZFSOBS_KERNEL_LAB=1 (minutes under TCG; docs/kernel-lab.md)."""
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
+from conftest import kernel_lab_ready, load_capture
 from test_cli import one_line_error, run
 from zfsobs import kernel_guest, kernel_lab
 from zfsobs.errors import ZfsobsError
@@ -17,7 +20,8 @@ def test_layouts_build_the_pool_spec():
         ["mirror", "/dev/vdb", "/dev/vdc", "log", "/dev/vdd"]
     assert kernel_guest.parse_layout("mirror").vdev_spec() == ["mirror", "/dev/vdb", "/dev/vdc"]
     assert kernel_guest.parse_layout("single").vdev_spec() == ["/dev/vdb"]
-    assert "zpool create" in kernel_guest.setup_script(kernel_guest.LAYOUTS["single"])
+    setup = kernel_guest.setup_script(kernel_guest.LAYOUTS["single"])
+    assert "zpool create" in setup and "fio" not in setup
     with pytest.raises(ZfsobsError, match="no layout 'raidz'"):
         kernel_guest.parse_layout("raidz")
 
@@ -81,12 +85,60 @@ def test_builder_rejects_unknown_arguments():
     assert res.returncode != 0 and "unknown argument: --bogus" in res.stderr
 
 
+def test_module_options_are_set_at_load_and_checked():
+    opts = kernel_guest.parse_module_options(["zfs_vdev_cache_size=1048576", "zfs_txg_timeout=1"])
+    assert opts == [("zfs_vdev_cache_size", "1048576"), ("zfs_txg_timeout", "1")]
+    setup = kernel_guest.setup_script(kernel_guest.LAYOUTS["mirror"], opts)
+    assert "modprobe zfs zfs_vdev_cache_size=1048576 zfs_txg_timeout=1" in setup
+    assert "/sys/module/zfs/parameters/zfs_txg_timeout ]" in setup   # modprobe only warns on a typo
+    for bad in ("zfs_txg_timeout", "zfs_txg_timeout=1;reboot", "Zfs=1", "a=$(x)"):
+        with pytest.raises(ZfsobsError, match="NAME=VALUE"):
+            kernel_guest.parse_module_options([bad])
+
+
+def test_workloads_start_fio_in_the_background():
+    for name in ("mix", "sync-write", "random-read"):
+        setup = kernel_guest.setup_script(kernel_guest.LAYOUTS["mirror"], workload=name)
+        assert "primarycache=none zfsobs_klab/work" in setup and "setsid fio " in setup
+    assert "--rwmixread=70" in kernel_guest.WORKLOADS["mix"]
+    with pytest.raises(ZfsobsError, match="no kernel lab workload 'oltp'"):
+        kernel_guest.parse_workload("oltp")
+
+
+def test_share_must_be_a_directory(tmp_path):
+    one_line_error(run("lab", "--kernel", "--share", str(tmp_path / "nope"), "--", "true"), "not a directory")
+    one_line_error(run("lab", "--kernel", "--workload", "oltp", "--", "true"), "no kernel lab workload")
+    one_line_error(run("lab", "--kernel", "-o", "zfs_txg_timeout", "--", "true"), "NAME=VALUE")
+
+
 @pytest.mark.kernel
-@pytest.mark.skipif(os.environ.get("ZFSOBS_KERNEL_LAB") != "1", reason="boots a guest: set ZFSOBS_KERNEL_LAB=1")
+@pytest.mark.skipif(bool(kernel_lab_ready()), reason=kernel_lab_ready() or "ready")
 def test_guest_runs_a_command_on_the_pool():
-    cmd = [sys.executable, "-m", "zfsobs", "lab", "--kernel", "--", "sh", "-c",
+    cmd = [sys.executable, "-m", "zfsobs", "lab", "--kernel", "--workload", "none", "--", "sh", "-c",
            "zpool list -H -o name; ls /sys/kernel/btf/zfs; echo to-stderr >&2; exit 7"]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     assert res.returncode == 7, res.stderr
     assert res.stdout.split() == ["zfsobs_klab", "/sys/kernel/btf/zfs"]
     assert "to-stderr" in res.stderr
+
+
+@pytest.mark.kernel
+@pytest.mark.skipif(bool(kernel_lab_ready()), reason=kernel_lab_ready() or "ready")
+def test_ctrl_c_reaches_the_guest_command_and_its_capture_survives(tmp_path):
+    """SIGINT to `lab --kernel` is passed to the command in the guest: a record there stops as on a
+    host, its capture complete and readable on the host through --share."""
+    cap = tmp_path / "k.cap"
+    proc = subprocess.Popen([sys.executable, "-m", "zfsobs", "lab", "--kernel", "--workload", "sync-write",
+                             "--share", str(tmp_path), "--", "python3", "-m", "zfsobs", "record", "-O", str(cap)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 600
+    while not (cap.exists() and cap.stat().st_size > 4096):    # recording, and some txgs in it
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-2000:]
+        time.sleep(1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert "SIGINT passed to the command in the guest" in err, err[-2000:]
+    assert proc.returncode == 0, err[-2000:]
+    capture, _, zil = load_capture(cap, "zil")
+    assert capture.meta["target"]["kind"] == "kernel" and capture.trailer and not capture.warnings, capture.warnings
+    assert sum(ev.fields["commits"] for ev in zil) > 0          # the sync-write workload's commits

@@ -97,7 +97,8 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("lab", help="run the userland ZFS lab (ztest) in the foreground, "
                        "or with --kernel a command in a guest with the zfs module")
     p.add_argument("--duration", type=_positive, metavar="S", help="stop after S seconds")
-    p.add_argument("--workload", default="default", metavar="W", help="default, or zil (a busier ZIL)")
+    p.add_argument("--workload", metavar="W", help="default, or zil (a busier ZIL); with --kernel: mix "
+                   "(70/30 8k, the default), sync-write, random-read or none")
     _zfs_arg(p)
     p.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE",
                    help="a ZFS tunable: for ztest, or with --kernel a zfs module parameter set at load")
@@ -285,14 +286,13 @@ def _replay(capture, args) -> int:
 def _kernel_lab(args) -> int:
     from zfsobs.kernel_lab import DEFAULT_TIMEOUT, KernelLab
     from zfsobs.session import Terminated, raise_on_termination
-    given = [f for f, v in (("--duration", args.duration), ("--zfs", args.zfs),
-                            ("--workload", args.workload != "default")) if v]
+    given = [f for f, v in (("--duration", args.duration), ("--zfs", args.zfs)) if v]
     if given:
         raise ZfsobsError(f"lab --kernel does not take {', '.join(given)} (userland lab only)")
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     lab = KernelLab(command, layout=args.layout or "mirror-log", disk_size=args.disk_size or "2G",
                     timeout=args.timeout or DEFAULT_TIMEOUT, console=args.console,
-                    options=args.option, shares=args.share)
+                    options=args.option, shares=args.share, workload=args.workload or "mix")
     raise_on_termination()
     try:
         return lab.run()
@@ -310,7 +310,7 @@ def _lab(args) -> int:
     from zfsobs.lab import Lab
     from zfsobs.session import Terminated, raise_on_termination
     raise_on_termination()
-    lab = Lab(duration=args.duration, options=args.option, preset=args.workload, zfs=args.zfs)
+    lab = Lab(duration=args.duration, options=args.option, preset=args.workload or "default", zfs=args.zfs)
     try:
         lab.start()
         print(f"zfsobs: lab running: ztest pid {lab.proc.pid} on {lab.target.name}, files in {lab.dir}"

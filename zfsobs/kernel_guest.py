@@ -129,9 +129,32 @@ def parse_module_options(options: list[str]) -> list[tuple[str, str]]:
     return out
 
 
-def setup_script(layout: Layout, options: list[tuple[str, str]] = ()) -> str:
+# Background fio workloads on an 8k-record dataset (a database's shape), started before CMD and left
+# running until the guest powers off. primarycache=none makes every read reach the vdevs, including
+# the indirect blocks that the vdev cache serves (it never caches level-0 data).
+_FIO = (f"fio --name=zfsobs --directory=/{POOL}/work --filename=data --size=128m --bs=8k --ioengine=psync "
+        "--time_based --runtime=1000000 --numjobs=2 --output=/dev/null")
+WORKLOADS = {
+    "mix": f"{_FIO} --rw=randrw --rwmixread=70 --fsync=4",     # 70/30 8k, like a vdbench OLTP run
+    "sync-write": f"{_FIO} --rw=randwrite --fsync=1",          # every write a ZIL commit
+    "random-read": f"{_FIO} --rw=randread",
+    "none": "",
+}
+
+
+def parse_workload(name: str) -> str:
+    if name not in WORKLOADS:
+        raise ZfsobsError(f"no kernel lab workload {name!r} (have: {', '.join(WORKLOADS)})")
+    return name
+
+
+def setup_script(layout: Layout, options: list[tuple[str, str]] = (), workload: str = "none") -> str:
     """Load the module with the options (each checked: modprobe only warns about an unknown one),
-    then create the pool on the layout's disks."""
+    create the pool on the layout's disks and start the workload in the background."""
+    start = []
+    if WORKLOADS[workload]:
+        start = [f"zfs create -o recordsize=8k -o compression=off -o primarycache=none {POOL}/work",
+                 f"setsid {WORKLOADS[workload]} < /dev/null > /dev/null 2>&1 &"]
     params = "/sys/module/zfs/parameters"
     checks = [f'[ -e {params}/{n} ] || {{ echo "the zfs module has no parameter {n}"; exit 3; }}'
               for n, _ in options]
@@ -142,5 +165,6 @@ def setup_script(layout: Layout, options: list[tuple[str, str]] = ()) -> str:
         "udevadm settle --timeout=60",
         f"zpool create -f -o ashift=12 -O mountpoint=/{POOL} {POOL} " + " ".join(layout.vdev_spec()),
         f"zpool status {POOL}",
+        *start,
         "",
     ])

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from zfsobs.errors import ZfsobsError
 from zfsobs.kernel_guest import (BUILDER, POOL, PROJECT, ensure_image, parse_layout, parse_module_options,
-                                 parse_size, probe_accel, setup_script)
+                                 parse_size, parse_workload, probe_accel, setup_script)
 from zfsobs.procs import die_with_parent
 from zfsobs.session import Terminated
 
@@ -53,11 +53,12 @@ class KernelLab:
 
     def __init__(self, command: list[str], layout: str = "mirror-log", disk_size: str = "2G",
                  timeout: float = DEFAULT_TIMEOUT, console: bool = False, memory: str = "2G",
-                 options: list[str] = (), shares: list[str] = ()):
+                 options: list[str] = (), shares: list[str] = (), workload: str = "mix"):
         if not command:
             raise ZfsobsError("lab --kernel: give the command to run in the guest: -- CMD ...")
         self.command = command
         self.options = parse_module_options(list(options))
+        self.workload = parse_workload(workload)
         self.shares = [self._share(d) for d in shares]
         self.layout = parse_layout(layout)
         self.disk_size = parse_size(disk_size)
@@ -104,7 +105,7 @@ class KernelLab:
         ctl.mkdir()
         shutil.copy(AGENT, ctl / "agent.sh")
         (ctl / "project").write_text(str(PROJECT))
-        (ctl / "setup.sh").write_text(setup_script(self.layout, self.options))
+        (ctl / "setup.sh").write_text(setup_script(self.layout, self.options, self.workload))
         (ctl / "env").write_text(self._guest_env())
         (ctl / "shares").write_text("".join(f"zfsobs_share{i} {d}\n" for i, d in enumerate(self.shares)))
         (ctl / "argv").write_bytes(b"".join(a.encode() + b"\0" for a in self.command))
@@ -166,7 +167,8 @@ class KernelLab:
             listeners[name] = s
             self._socks.append(s)
         print(f"zfsobs: kernel lab: booting {img.name} with {self.accel.upper()} ({self.accel_why}), "
-              f"layout {self.layout.name}, pool {POOL}, project at {PROJECT} (read-only)", file=sys.stderr)
+              f"layout {self.layout.name}, pool {POOL}, workload {self.workload}, project at {PROJECT} "
+              "(read-only)", file=sys.stderr)
         env = dict(os.environ, TMPDIR=str(self.dir))   # qemu's snapshot overlay lands in our temp dir
         self.qemu = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, env=env, start_new_session=True,
