@@ -69,6 +69,10 @@ def test_every_run_recorded_the_kernel_pool(out):
         capture, _, _ = load_capture(out / f"{run}.cap", "txg")
         assert capture.meta["target"]["kind"] == "kernel" and capture.meta["target"]["btf"], capture.meta["target"]
         assert POOL in report(out, run)["txg"], run
+        # every probe of every script attached: no function inlined away in this zfs.ko, no field
+        # missing from its BTF (the renderer would have dropped the block and said so here)
+        assert set(capture.meta["probes"]) == {"txg", "zil", "vdev_queue", "vdev_cache"}
+        assert not capture.meta["unavailable"] and all(not p["dropped"] for p in capture.meta["probes"].values())
 
 
 def test_txg_sync_time_agrees_with_the_txgs_kstat(out):
@@ -105,7 +109,7 @@ def test_vdev_cache_hits_and_misses_equal_vdev_cache_stats(out):
     got = vc["pools"][POOL]
     assert got["hits"] == truth["delegations"] + truth["hits"], (got, truth)
     assert got["misses"] == truth["misses"], (got, truth)
-    assert got["misses"] > 50 and got["hits"] > 50, got
+    assert got["misses"] >= 10 and got["hits"] > 1000, got     # 4000 files: ~18 lines of dnodes
 
 
 def iostat_q(path) -> list[tuple[int, str, dict[str, tuple[int, int]]]]:
