@@ -98,7 +98,7 @@ def probe_accel() -> tuple[str, str]:
 
 
 def ensure_image(build: bool = True) -> Path:
-    """The built image's directory; builds it first (a one-time ~10 min) when missing."""
+    """The built image's directory; builds it first (a one-time ~4 min) when missing."""
     img = image_dir()
     if (img / "complete").is_file():
         return img
@@ -109,7 +109,7 @@ def ensure_image(build: bool = True) -> Path:
     if os.geteuid() != 0:
         raise ZfsobsError(f"no kernel lab image at {img}; build it (as root) with: sudo {BUILDER}")
     print(f"zfsobs: kernel lab image not built yet: building it now with {BUILDER} "
-          "(once per recipe, ~10 min)", file=sys.stderr)
+          "(once per recipe, ~4 min)", file=sys.stderr)
     res = subprocess.run([str(BUILDER)], stdout=sys.stderr, stdin=subprocess.DEVNULL)
     if res.returncode != 0 or not (img / "complete").is_file():
         raise ZfsobsError(f"building the kernel lab image failed (rc {res.returncode}); see the log above")
