@@ -142,3 +142,31 @@ def test_ctrl_c_reaches_the_guest_command_and_its_capture_survives(tmp_path):
     capture, _, zil = load_capture(cap, "zil")
     assert capture.meta["target"]["kind"] == "kernel" and capture.trailer and not capture.warnings, capture.warnings
     assert sum(ev.fields["commits"] for ev in zil) > 0          # the sync-write workload's commits
+
+
+@pytest.mark.kernel
+@pytest.mark.skipif(bool(kernel_lab_ready()), reason=kernel_lab_ready() or "ready")
+def test_top_in_the_guest_draws_the_live_view_on_the_host_terminal():
+    """The issue's acceptance: `zfsobs lab --kernel -- zfsobs top` on a terminal shows the live view
+    of the guest's kernel pool, with the mix workload moving every panel."""
+    import pty
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "zfsobs", "lab", "--kernel", "--", "zfsobs", "top",
+                             "--duration", "30"], stdin=subprocess.DEVNULL, stdout=slave,
+                            stderr=subprocess.PIPE, text=True)
+    os.close(slave)
+    screen = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:          # the pty closes when the lab exits
+            break
+        if not chunk:
+            break
+        screen += chunk
+    err = proc.stderr.read()
+    assert proc.wait(timeout=600) == 0, err[-2000:]
+    os.close(master)
+    text = screen.decode(errors="replace")
+    assert "\x1b[" in text                                      # drawn as a live terminal view
+    assert "vdev queue zfsobs_klab" in text and "kernel · OpenZFS 2.1.11" in text, text[-3000:]
