@@ -64,9 +64,9 @@ def kernel_lab_ready() -> str:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Fast tests first, the real-lab tests last, so a failure shows early."""
-    items.sort(key=lambda item: (item.get_closest_marker("lab") is not None,
-                                 item.get_closest_marker("kernel") is not None))
+    """Fast tests first, then the real-lab tests, the kernel lab's last, so a failure shows early."""
+    items.sort(key=lambda item: (item.get_closest_marker("kernel") is not None,
+                                 item.get_closest_marker("lab") is not None))
 
 
 @contextlib.contextmanager
