@@ -33,7 +33,7 @@ END { clear(@w); clear(@s); }
 
 
 def txg_truth(tmp):
-    return truth_running(tmp, TRUTH, libzpool().path, stop_timeout=30)
+    return truth_running(tmp, TRUTH, libzpool().path)
 
 
 @pytest.fixture(scope="module")

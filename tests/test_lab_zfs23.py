@@ -58,7 +58,7 @@ def run(tmp_path_factory):
     cap = tmp / "x.cap"
     library = os.path.realpath(os.path.join(ZFS23.libdir, "libzpool.so.6"))
     started = time.monotonic()
-    with truth_running(tmp, TRUTH, library, stop_timeout=30):
+    with truth_running(tmp, TRUTH, library):
         res = subprocess.run(ZFSOBS + ["record", "--lab", "--zfs", "2.3", "--lab-time", str(LAB_TIME),
                                        "--option", TUNABLE, "-O", str(cap)], capture_output=True, text=True, timeout=180)
     assert res.returncode == 0, res.stderr

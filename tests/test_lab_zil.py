@@ -47,7 +47,7 @@ def run(tmp_path_factory):
         pytest.skip("the ground truth reads lwb fields at 2.1.11 offsets")
     tmp = tmp_path_factory.mktemp("zil")
     cap = tmp / "x.cap"
-    with truth_running(tmp, TRUTH, lib.path, stop_timeout=30):
+    with truth_running(tmp, TRUTH, lib.path):
         res = subprocess.run(ZFSOBS + ["zilstat", "--lab", "--workload", "zil", "--lab-time", str(LAB_SECONDS),
                                        "--record", str(cap),
                                        "txg"], capture_output=True, text=True, timeout=300)
