@@ -1,9 +1,10 @@
 """The kernel lab: OpenZFS's real kernel module in a throwaway QEMU guest (docs/kernel-lab.md).
 
-`zfsobs lab --kernel -- CMD ...` boots the cached image (scripts/kernel-lab-image), gives it sparse
-data disks, creates pool zfsobs_klab in the guest, runs CMD there with the project mounted read-only
-at its host path, streams CMD's stdout/stderr back and returns its exit status. The guest is always
-powered off and every temp file removed, whatever ends the run.
+`zfsobs lab --kernel -- CMD ...` boots the cached image (kernel_guest.py), gives it sparse data
+disks, loads the module (with -o parameters), creates pool zfsobs_klab, starts the workload, and runs
+CMD with the project mounted read-only at its host path (and any --share writable). It streams CMD's
+stdout/stderr back, passes Ctrl-C/SIGTERM on to CMD, and returns CMD's exit status. The guest is
+always powered off and every temp file removed, whatever ends the run.
 """
 from __future__ import annotations
 
