@@ -124,13 +124,16 @@ def test_latency_histogram_counts_every_commit_and_matches_the_outer_timing(run)
         for b in st["lat_hist"]:
             ours_hist[lat_bucket(b["low_ns"])] += b["count"]
     # The outer timing adds the uprobe traps and our own return probe (a flush there takes tens of
-    # us): ours may only be faster than the truth, by at most 2x + 50 us.
+    # us): ours may only be faster than the truth, by at most 2x + 50 us. A thread preempted between
+    # the outer and inner probes (2 cores shared with ztest's ~20 threads) stretches only the outer
+    # timing, by a scheduler slice: CI saw one such commit in 180, so 2% may be that much faster.
+    preempted = 1 + len(truth) // 50
     ours_cum = 0
     for i in range(LAT_BUCKETS):
         low, high = lat_bounds(i)
         ours_cum += ours_hist[i]
         assert ours_cum >= bisect.bisect_left(truth, low), (i, ours_hist)
-        assert ours_cum <= bisect.bisect_left(truth, 2 * high + 50_000) + missed, (i, ours_hist)
+        assert ours_cum <= bisect.bisect_left(truth, 2 * high + 50_000) + missed + preempted, (i, ours_hist)
 
 
 def test_commits_count_to_the_txg_open_when_they_returned(run):
