@@ -93,6 +93,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.add_argument("--format", choices=("text", "json", "csv"), default="text")
     p.add_argument("--section", default="txgs", help="csv: which table (default txgs)")
+    p.add_argument("--compare", action="store_true", help="split the capture at tunable changes: per metric "
+                   "before/after mean, p99 and their ratio (docs/tuning.md)")
 
     p = sub.add_parser("lab", help="run the userland ZFS lab (ztest) in the foreground, "
                        "or with --kernel a command in a guest with the zfs module")
@@ -176,6 +178,10 @@ def _dispatch(args) -> int:
             print(f"zfsobs: warning: {args.file}: {warning}", file=sys.stderr)
         if cmd == "report":
             from zfsobs.views import report
+            if args.compare:
+                from zfsobs.views import compare
+                sys.stdout.write(compare.render(capture, args.format))
+                return 0
             if args.format == "csv" and args.section not in report.SECTIONS:
                 raise ZfsobsError(f"no section {args.section!r} (have: {', '.join(report.SECTIONS)})")
             sys.stdout.write(report.render(capture, args.format, args.section))

@@ -22,6 +22,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "vq_lat": ("vd", "class", "kind"),
     "vq_vdev": ("pool", "vd"),
     "vc": ("pool", "vd", "size"),
+    "tunable": ("name", "new"),
 }
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections import deque
 
 from zfsobs.events import Event
+from zfsobs.model.samples import KEEP_NS, SampleModel
+from zfsobs.model.tuning import TuningModel
 from zfsobs.model.txg import KEEP, TxgModel
 from zfsobs.model.vdev_cache import VdevCacheModel
 from zfsobs.model.vdev_queue import VdevQueueModel
@@ -21,8 +23,15 @@ class Model:
         self.zil = ZilModel(keep)
         self.vq = VdevQueueModel()
         self.vc = VdevCacheModel(prune=keep is not None)
-        self._routes = {kind: part for part in (self.txg, self.zil, self.vq, self.vc) for kind in part.kinds}
         self.probes: dict[str, str] = {}      # probe name -> target kind, from hello events
+        self.tuning = TuningModel()
+        self.samples = SampleModel(self.zil, self.vq, self.vc, self.tuning, self.probes,
+                                   None if keep is None else KEEP_NS)
+        self._routes: dict[str, list] = {}
+        # samples last: it reads what the other parts made of the same event
+        for part in (self.txg, self.zil, self.vq, self.vc, self.tuning, self.samples):
+            for kind in part.kinds:
+                self._routes.setdefault(kind, []).append(part)
         self.lost = 0
         self.events = 0
         self.first_ts: int | None = None
@@ -41,8 +50,7 @@ class Model:
             self.probes[str(ev.get("probe"))] = str(ev.get("target", ""))
         elif ev.kind == "lost":
             self.lost += int(ev.get("count", 0))
-        part = self._routes.get(ev.kind)
-        if part is not None:
+        for part in self._routes.get(ev.kind, ()):
             part.feed(ev)
 
     def events_per_second(self, now_ns: int | None = None) -> float:

@@ -60,6 +60,7 @@ class Line:
     act: int
     pend_max: int
     act_max: int
+    max_active: int | None = None     # the class's limit when the line was made
 
 
 @dataclass
@@ -81,7 +82,7 @@ class Series:
     def add(self, ts: int, f: dict) -> None:
         values = {c: int(f.get(c) or 0) for c in COUNTERS}
         line = Line(ts, values, int(f.get("pend") or 0), int(f.get("act") or 0),
-                    int(f.get("pend_max") or 0), int(f.get("act_max") or 0))
+                    int(f.get("pend_max") or 0), int(f.get("act_max") or 0), f.get("max_active"))
         self.lines.append(line)
         self.first = self.first or line
         self.peak_pend = max(self.peak_pend, line.pend_max, line.pend)
@@ -97,6 +98,10 @@ class Series:
     @property
     def last(self) -> Line:
         return self.lines[-1]
+
+    def limit_at(self, t: int) -> int | None:
+        """max_active as the latest line at or before t read it (before the first line: the first's)."""
+        return self.lines[max(0, self._index(t))].max_active if self.lines else None
 
     def _index(self, t: int) -> int:
         """Index of the latest line at or before t (-1: none)."""
@@ -201,12 +206,15 @@ class VdevQueueModel:
         now = self.last_ts if now is None else now
         if now is None:
             return []
-        t0 = now - int(seconds * 1e9)
+        return self.between(now - int(seconds * 1e9), now)
+
+    def between(self, t0: int, t1: int) -> list[tuple[Vdev, Series, dict]]:
+        """Every series with events in [t0, t1] (or depth left over), sorted by pool, path, class."""
         rows = []
         for s in self.series.values():
             if not s.lines or (s.final and s.last.ts < t0):
                 continue
-            w = s.window(t0, now)
+            w = s.window(t0, t1)
             if w is None or not (w["enq"] or w["done"] or w["pend_max"] or w["act_max"]):
                 continue
             rows.append((self.vdev(s), s, w))

@@ -1,4 +1,5 @@
-"""The whole screen, the same for live and replay: header, then one panel per metric."""
+"""The whole screen, the same for live and replay: header, the tuning panel once tunables are
+watched, then one panel per metric."""
 from __future__ import annotations
 
 from rich.console import Group
@@ -7,6 +8,8 @@ from rich.panel import Panel
 from zfsobs.model import Model
 from zfsobs.views.header import render_header
 from zfsobs.views.status import Status
+from zfsobs.views.tuning_panel import height as tuning_height
+from zfsobs.views.tuning_panel import render_tuning
 from zfsobs.views.txg_panel import render_txg
 from zfsobs.views.vc_panel import render_vc
 from zfsobs.views.vq_panel import render_vq
@@ -15,7 +18,9 @@ from zfsobs.views.zil_panel import render_zil
 
 def render_screen(model: Model, status: Status, height: int, now_ns: int | None = None) -> Group:
     panels = 3
-    body = max(12, height - 8)
+    # the tuning panel (a change's before/after) comes out of the metric panels' share
+    tune_rows = 6 if height >= 40 else 3
+    body = max(12, height - 8 - tuning_height(model, tune_rows))
     txg_pools = max(1, len(model.txg.pools))
     zil_pools = max(1, len(model.zil.pools))
     txg_rows = max(3, body // panels // txg_pools - 4)
@@ -23,6 +28,9 @@ def render_screen(model: Model, status: Status, height: int, now_ns: int | None 
     vq_rows = max(4, body // panels - 3)
     # the vdev_cache panel is one line unless the cache is on (then it takes a few vdev rows)
     vc_rows = 3 if model.vc.state()[0] == "active" else 0
-    return Group(Panel(render_header(model, status, now_ns)), render_txg(model.txg, txg_rows),
-                 render_zil(model, zil_rows, now_ns), render_vq(model, max(4, vq_rows - vc_rows), now_ns),
+    tuning = render_tuning(model, status.meta, tune_rows, now_ns)
+    marks = [c.ts for c in model.tuning.changes]
+    return Group(Panel(render_header(model, status, now_ns)), *([tuning] if tuning is not None else []),
+                 render_txg(model.txg, txg_rows, marks), render_zil(model, zil_rows, now_ns),
+                 render_vq(model, max(4, vq_rows - vc_rows), now_ns),
                  render_vc(model, status.meta, vc_rows, now_ns))

@@ -1,5 +1,6 @@
 """The txg panel: per pool, the latest txgs (sync time, interval, dirty data, state times) and
-sync-time statistics over the last minute, with a sparkline of recent sync times."""
+sync-time statistics over the last minute, with a sparkline of recent sync times on which the
+first txg after each tunable change is marked."""
 from __future__ import annotations
 
 from rich.console import Group
@@ -8,21 +9,22 @@ from rich.table import Table
 from rich.text import Text
 
 from zfsobs.model.txg import TxgModel
-from zfsobs.views.units import mib, ms, sparkline
+from zfsobs.views.units import marked_sparkline, mib, ms
 
 BAR_WIDTH = 24
 
 
-def render_txg(model: TxgModel, rows_per_pool: int) -> Panel:
+def render_txg(model: TxgModel, rows_per_pool: int, changes: list[int] = ()) -> Panel:
+    """`changes`: monotonic ns of tunable changes, marked on the sparkline."""
     if not model.pools:
         return Panel(Text("waiting for the first txg sync…", style="dim"), title="txg sync")
     parts = []
     for pool in sorted(model.pools):
-        parts.extend(_pool(model, pool, rows_per_pool))
+        parts.extend(_pool(model, pool, rows_per_pool, changes))
     return Panel(Group(*parts), title="txg sync", title_align="left")
 
 
-def _pool(model: TxgModel, pool: str, nrows: int) -> list:
+def _pool(model: TxgModel, pool: str, nrows: int, changes) -> list:
     window = model.pools[pool].window()
     st = model.stats(pool, window)
     s, iv, dirty = st["sync_ns"], st["interval_ns"], st["dirty_bytes"]
@@ -30,7 +32,11 @@ def _pool(model: TxgModel, pool: str, nrows: int) -> list:
         (f"{pool}", "bold"), f"  last 60 s: {st['txgs']} txgs  sync ms p50 {ms(s['p50'])}  "
         f"p99 {ms(s['p99'])}  max {ms(s['max'])}   interval ms p50 {ms(iv['p50'])}  "
         f"dirty MiB mean {mib(dirty['mean'])}  max {mib(dirty['max'])}")
-    spark = Text.assemble(("sync  ", "dim"), (sparkline([r.sync_ns for r in window], 100), "cyan"))
+    # a txg event comes at sync end: the first txg that ended at or after a change is its first sample
+    ends = [r.start_ns + r.sync_ns for r in window]
+    marks = [next((i for i, t in enumerate(ends) if t >= c), None) for c in changes]
+    spark = Text.assemble(("sync  ", "dim"), marked_sparkline([r.sync_ns for r in window], 100, "cyan",
+                                                              [i for i in marks if i is not None]))
     table = Table(expand=True, box=None, padding=(0, 1), header_style="bold")
     for name in ("txg", "pid", "sync ms", "interval ms", "dirty MiB", "open ms", "quiesce ms",
                  "wait ms"):

@@ -1,7 +1,9 @@
-"""Number formatting shared by every view (ms for times, MiB for dirty data)."""
+"""Number formatting shared by every view (ms for times, MiB for dirty data), and sparklines."""
 from __future__ import annotations
 
 import time
+
+from rich.text import Text
 
 SPARK = "▁▂▃▄▅▆▇█"
 
@@ -28,6 +30,17 @@ def sparkline(values: list[float], width: int) -> str:
         return ""
     top = max(values) or 1
     return "".join(SPARK[min(len(SPARK) - 1, int(v / top * (len(SPARK) - 1) + 0.5))] for v in values)
+
+
+def marked_sparkline(values: list[float], width: int, style: str, marks=()) -> Text:
+    """sparkline() with the samples at `marks` (indices into values, e.g. the first sample after a
+    tunable change) shown reversed, so a change stands out where it happened."""
+    text = Text(sparkline(values, width), style=style)
+    shift = max(0, len(values) - width)
+    for i in marks:
+        if 0 <= i - shift < len(text):
+            text.stylize("reverse bold yellow", i - shift, i - shift + 1)
+    return text
 
 
 def wallclock(meta: dict, ts: int | None) -> str:

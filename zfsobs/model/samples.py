@@ -1,0 +1,178 @@
+"""Time-stamped samples per pool and metric, for statistics over any window (before and after a
+tunable change: zfsobs/model/segments.py, docs/tuning.md). Built from what the other model parts
+already derive, so a sample means what the panels and the report mean.
+
+  txg.sync_ns, txg.interval_ns, txg.dirty_bytes     one per synced txg, at its txg event
+  zil.commits, zil.nused_bytes, zil.size_bytes,     one per synced txg, at its txg event: the txg's
+  zil.lat_mean_ns                                   finished ZIL row (zeros when the ZIL was idle)
+  vq.<class>.pend_mean, act_mean, act_max,          one per 1 s bin in which the class was busy,
+  vq.<class>.wait_mean_ns, max_active               summed over the pool's leaf vdevs, at the bin start
+  vc.hit_ratio, vc.inflation, vc.amplification     one per 1 s bin with reads, while the cache is on
+
+Bins never straddle a tunable change: one ends at the change and the next starts there.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections import Counter, deque
+
+from zfsobs.events import Event
+from zfsobs.model.tuning import TuningModel
+from zfsobs.model.vdev_cache import VdevCacheModel, derive
+from zfsobs.model.vdev_queue import CLASSES, VdevQueueModel
+from zfsobs.model.zil import ZilModel
+
+BIN_NS = 10**9
+GRACE_NS = 2 * 10**9    # a bin is measured once every busy vdev has reported past it (vq 0.5 s, vc 1 s)
+JOIN_NS = 10**9         # the zil and txg probes are two processes: wait this long for a txg's ZIL row
+KEEP_NS = 600 * 10**9   # live and replay keep the last 10 minutes
+GROUPS = ("txg", "zil", "vq", "vc")
+NAMES = ("sync_ns", "interval_ns", "dirty_bytes", "commits", "nused_bytes", "size_bytes", "lat_mean_ns",
+         "pend_mean", "act_mean", "act_max", "max_active", "wait_mean_ns", "hit_ratio", "inflation",
+         "amplification")
+
+
+class Track:
+    """One metric's samples of one pool: parallel, time-ordered lists."""
+    __slots__ = ("ts", "values")
+
+    def __init__(self):
+        self.ts: list[int] = []
+        self.values: list[float] = []
+
+    def add(self, ts: int, value: float) -> None:
+        i = len(self.ts) if not self.ts or ts >= self.ts[-1] else bisect_right(self.ts, ts)
+        self.ts.insert(i, ts)
+        self.values.insert(i, value)
+
+    def prune(self, before: int) -> None:
+        i = bisect_left(self.ts, before)
+        del self.ts[:i], self.values[:i]
+
+
+def order(key: tuple[str, str]) -> tuple:
+    """Display order: pool, then txg, zil, vdev queue by class number, vdev_cache."""
+    pool, metric = key
+    parts = metric.split(".")
+    cls = CLASSES.index(parts[1]) if parts[0] == "vq" and parts[1] in CLASSES else -1
+    name = parts[-1]
+    return pool, GROUPS.index(parts[0]) if parts[0] in GROUPS else 9, cls, \
+        NAMES.index(name) if name in NAMES else 99, metric
+
+
+class SampleModel:
+    kinds = ("txg", "zil", "vq", "vc", "tunable")
+
+    def __init__(self, zil: ZilModel, vq: VdevQueueModel, vc: VdevCacheModel, tuning: TuningModel,
+                 probes: dict, keep_ns: int | None = KEEP_NS):
+        self.zil, self.vq, self.vc, self.tuning, self.probes = zil, vq, vc, tuning, probes
+        self.keep_ns = keep_ns
+        self.tracks: dict[tuple[str, str], Track] = {}    # (pool, metric) -> samples
+        self._pending: deque[tuple] = deque()             # synced txgs waiting for their ZIL row
+        self._bin: int | None = None                      # start of the next vq/vc bin to measure
+        self._io_last: int | None = None                  # the latest vq/vc line
+        self._clock: int | None = None
+        self._pruned = 0
+
+    def feed(self, ev: Event) -> None:
+        self._clock = ev.ts if self._clock is None else max(self._clock, ev.ts)
+        if ev.kind == "txg":
+            self._txg(ev)
+        elif ev.kind in ("vq", "vc"):
+            self._bin = ev.ts if self._bin is None else self._bin
+            self._io_last = ev.ts if self._io_last is None else max(self._io_last, ev.ts)
+        self._advance(self._clock - JOIN_NS, self._clock - GRACE_NS)
+        if self.keep_ns is not None and self._clock - self._pruned > BIN_NS:
+            self._pruned = self._clock
+            for track in self.tracks.values():
+                track.prune(self._clock - self.keep_ns)
+
+    def settle(self) -> None:
+        """Measure what is still waiting (the last txgs and bins): the capture is complete."""
+        if self._clock is not None:
+            self._advance(self._clock, self._io_last if self._io_last is not None else self._clock,
+                          partial=True)
+
+    def keys(self) -> list[tuple[str, str]]:
+        return sorted(self.tracks, key=order)
+
+    def _add(self, pool: str, metric: str, ts: int, value) -> None:
+        track = self.tracks.get((pool, metric))
+        if track is None:
+            track = self.tracks[(pool, metric)] = Track()
+        track.add(ts, value)
+
+    def _txg(self, ev: Event) -> None:
+        f = ev.fields
+        pool = str(f["pool"])
+        self._add(pool, "txg.sync_ns", ev.ts, f["sync_ns"])
+        for field, metric in (("interval_ns", "txg.interval_ns"), ("dirty", "txg.dirty_bytes")):
+            if f.get(field) is not None:
+                self._add(pool, metric, ev.ts, f[field])
+        self._pending.append((ev.ts, pool, int(f.get("pid") or 0), int(f["txg"]), int(f["start"])))
+
+    def _advance(self, joined_until: int, binned_until: int, partial: bool = False) -> None:
+        while self._pending and self._pending[0][0] <= joined_until:
+            self._zil(*self._pending.popleft())
+        while self._bin is not None:
+            end = self._bin_end(self._bin)
+            if end > binned_until:
+                if not partial or binned_until <= self._bin:
+                    return
+                end = binned_until
+            self._measure(self._bin, end)
+            self._bin = end
+
+    def _bin_end(self, start: int) -> int:
+        """start + 1 s, or the first change after start if it comes sooner."""
+        changes = self.tuning.changes
+        i = bisect_right(changes, start, key=lambda c: c.ts)
+        return min(start + BIN_NS, changes[i].ts) if i < len(changes) else start + BIN_NS
+
+    def _zil(self, ts: int, pool: str, pid: int, txg: int, start: int) -> None:
+        state = self.zil.pools.get(pool)
+        if state is None and "zil" not in self.probes:
+            return          # no ZIL probe: no figures, rather than zeros
+        row = state.at_sync(pid, txg, start) if state is not None else None
+        counts = row.counts if row is not None else Counter()
+        for name in ("commits", "nused", "size"):
+            self._add(pool, "zil." + name + ("_bytes" if name != "commits" else ""), ts, counts[name])
+        if counts["commits"]:
+            self._add(pool, "zil.lat_mean_ns", ts, counts["lat_ns"] / counts["commits"])
+
+    def _measure(self, t0: int, t1: int) -> None:
+        self._vq(t0, t1)
+        self._vc(t0, t1)
+
+    def _vq(self, t0: int, t1: int) -> None:
+        pools: dict[tuple[str, int], dict] = {}
+        for vdev, s, w in self.vq.between(t0, t1):
+            a = pools.setdefault((vdev.pool, s.cls), {"pend_mean": 0.0, "act_mean": 0.0, "act_max": 0,
+                                                       "wait_ns": 0.0, "waits": 0.0, "max_active": None})
+            a["pend_mean"] += max(0.0, w["pend_mean"])     # a hair below 0 is rounding
+            a["act_mean"] += max(0.0, w["act_mean"])
+            a["act_max"] = max(a["act_max"], w["act_max"])  # per vdev, as the limit is
+            a["wait_ns"] += w["wait_ns"]
+            a["waits"] += w["issued"] + w["merged"]
+            limit = s.limit_at(t1 - 1)         # not s.max_active: that may be newer than the bin
+            if limit is not None:
+                a["max_active"] = max(a["max_active"] or 0, limit)
+        for (pool, cls), a in pools.items():
+            prefix = f"vq.{CLASSES[cls]}."
+            for name in ("pend_mean", "act_mean", "act_max", "max_active"):
+                if a[name] is not None:
+                    self._add(pool, prefix + name, t0, a[name])
+            if a["waits"] > 0:
+                self._add(pool, prefix + "wait_mean_ns", t0, a["wait_ns"] / a["waits"])
+
+    def _vc(self, t0: int, t1: int) -> None:
+        on = {v.pool for v in self.vc.vdevs.values() if v.size > 0}
+        if not on:
+            return
+        for pool, w in self.vc.by_pool(t0, t1).items():
+            if pool not in on or w["reads"] <= 0:
+                continue
+            d = derive(w)
+            for name in ("hit_ratio", "inflation", "amplification"):
+                if d[name] is not None:
+                    self._add(pool, "vc." + name, t0, d[name])
