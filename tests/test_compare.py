@@ -10,12 +10,16 @@ from zfsobs.capture import CaptureWriter, read_capture
 from zfsobs.cli import main
 from zfsobs.events import Parser, parse_all
 from zfsobs.model import Model
+from zfsobs.model.txg import TxgModel
 from zfsobs.model.segments import between, stat
 from zfsobs.views import compare, metrics
 from zfsobs.views.screen import render_screen
 from zfsobs.views.status import Status
+from zfsobs.views.txg_panel import render_txg
+from zfsobs.views.units import marked_sparkline
 
 NAME = "zfs_vdev_async_write_max_active"
+S = 10**9
 
 
 def with_tunables(src: str, dst: str, change: bool = True) -> int:
@@ -152,3 +156,18 @@ def test_screen_before_any_change_lists_the_tunables(tmp_path, capture_path):
     with_tunables(capture_path, path, change=False)
     _, text = screen(path)
     assert f"tunables (no change yet): zfs_txg_timeout=5 {NAME}=10" in text and "╭─ tuning" not in text
+
+
+def test_sparklines_mark_the_first_sample_after_a_change():
+    text = marked_sparkline([1, 2, 3, 4], 3, "cyan", marks=[2])     # shows samples 1..3
+    assert text.plain == "▅▆█" and [(s.start, s.end) for s in text.spans if "reverse" in str(s.style)] == [(1, 2)]
+    assert not [s for s in marked_sparkline([1, 2], 5, "cyan", marks=[7]).spans if "reverse" in str(s.style)]
+    txg = TxgModel()
+    p = Parser()
+    for i in range(1, 6):      # txg i syncs from i s for 0.1 s; the change at 3.05 s: txg 3 ends after it
+        txg.feed(p.parse(f"zfsobs 1 txg {i * S + S // 10} pool=a txg={i} start={i * S} sync_ns={S // 10}"))
+    console = Console(record=True, width=120, force_terminal=True, color_system="standard")
+    console.print(render_txg(txg, 3, [3 * S + S // 20]))
+    sync = next(l for l in console.export_text(styles=True).splitlines() if "sync  " in l and "█" in l)
+    codes = sync.split("█")          # codes[k]: the style switches just before bar k
+    assert len(codes) == 6 and ";7" in codes[2] and ";7" not in codes[1] + codes[3]   # txg 3 reversed

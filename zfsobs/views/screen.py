@@ -18,9 +18,10 @@ from zfsobs.views.zil_panel import render_zil
 
 def render_screen(model: Model, status: Status, height: int, now_ns: int | None = None) -> Group:
     panels = 3
-    # the tuning panel (a change's before/after) comes out of the metric panels' share
-    tune_rows = 6 if height >= 40 else 3
-    body = max(12, height - 8 - tuning_height(model, tune_rows))
+    # the tuning panel (a change's before/after) comes out of the three metric panels' shares,
+    # rounded up per panel: their row counts are divided down from `body`
+    tune_rows = 6 if height >= 50 else 3 if height >= 38 else 1   # the rest never gets below ~31 lines
+    body = max(12, height - 8 - panels * -(-tuning_height(model, tune_rows) // panels))
     txg_pools = max(1, len(model.txg.pools))
     zil_pools = max(1, len(model.zil.pools))
     txg_rows = max(3, body // panels // txg_pools - 4)
