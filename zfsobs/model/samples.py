@@ -53,15 +53,16 @@ class Track:
 def order(key: tuple[str, str]) -> tuple:
     """Display order: pool, then txg, zil, vdev queue by class number, vdev_cache."""
     pool, metric = key
-    parts = metric.split(".")
-    cls = CLASSES.index(parts[1]) if parts[0] == "vq" and parts[1] in CLASSES else -1
-    name = parts[-1]
-    return pool, GROUPS.index(parts[0]) if parts[0] in GROUPS else 9, cls, \
-        NAMES.index(name) if name in NAMES else 99, metric
+    group, _, rest = metric.partition(".")
+    cls, _, name = rest.rpartition(".")
+    rank = GROUPS.index(group) if group in GROUPS else len(GROUPS)
+    return (pool, rank, CLASSES.index(cls) if cls in CLASSES else -1,
+            NAMES.index(name) if name in NAMES else len(NAMES), metric)
 
 
 class SampleModel:
-    kinds = ("txg", "zil", "vq", "vc", "tunable")
+    # not "tunable": the watcher's polls run ahead of the probes' lines, and bins must wait for those
+    kinds = ("txg", "zil", "vq", "vc")
 
     def __init__(self, zil: ZilModel, vq: VdevQueueModel, vc: VdevCacheModel, tuning: TuningModel,
                  probes: dict, keep_ns: int | None = KEEP_NS):
