@@ -167,7 +167,7 @@ def test_sparklines_mark_the_first_sample_after_a_change():
     for i in range(1, 6):      # txg i syncs from i s for 0.1 s; the change at 3.05 s: txg 3 ends after it
         txg.feed(p.parse(f"zfsobs 1 txg {i * S + S // 10} pool=a txg={i} start={i * S} sync_ns={S // 10}"))
     console = Console(record=True, width=120, force_terminal=True, color_system="standard")
-    console.print(render_txg(txg, 3, [3 * S + S // 20]))
+    console.print(render_txg(txg, 3, [S // 2, 3 * S + S // 20]))     # the first: before every txg shown
     sync = next(l for l in console.export_text(styles=True).splitlines() if "sync  " in l and "█" in l)
     codes = sync.split("█")          # codes[k]: the style switches just before bar k
     assert len(codes) == 6 and ";7" in codes[2] and ";7" not in codes[1] + codes[3]   # txg 3 reversed

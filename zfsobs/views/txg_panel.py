@@ -32,11 +32,12 @@ def _pool(model: TxgModel, pool: str, nrows: int, changes) -> list:
         (f"{pool}", "bold"), f"  last 60 s: {st['txgs']} txgs  sync ms p50 {ms(s['p50'])}  "
         f"p99 {ms(s['p99'])}  max {ms(s['max'])}   interval ms p50 {ms(iv['p50'])}  "
         f"dirty MiB mean {mib(dirty['mean'])}  max {mib(dirty['max'])}")
-    # a txg event comes at sync end: the first txg that ended at or after a change is its first sample
+    # a txg event comes at sync end: the first txg that ended at or after a change is its first
+    # sample; only changes between two txgs of the window (an older one would mark the first)
     ends = [r.start_ns + r.sync_ns for r in window]
-    marks = [next((i for i, t in enumerate(ends) if t >= c), None) for c in changes]
+    marks = [next((i for i, t in enumerate(ends) if t >= c), 0) for c in changes]
     spark = Text.assemble(("sync  ", "dim"), marked_sparkline([r.sync_ns for r in window], 100, "cyan",
-                                                              [i for i in marks if i is not None]))
+                                                              [i for i in marks if i > 0]))
     table = Table(expand=True, box=None, padding=(0, 1), header_style="bold")
     for name in ("txg", "pid", "sync ms", "interval ms", "dirty MiB", "open ms", "quiesce ms",
                  "wait ms"):
