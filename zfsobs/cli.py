@@ -113,7 +113,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--console", action="store_true", help="with --kernel: copy the guest console to stderr")
     p.add_argument("--share", action="append", default=[], metavar="DIR",
                    help="with --kernel: a host directory the guest can write, at the same path (repeatable)")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="with --kernel: -- CMD ... to run in the guest")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="with --kernel: -- CMD ... to run in the guest; "
+                   "without: `set NAME=VALUE [--pid PID]` changes a tunable in the running lab (docs/tuning.md)")
 
     p = sub.add_parser("probes", help="list probe scripts, or show one rendered for a target")
     p.add_argument("action", choices=("list", "show"))
@@ -188,6 +189,8 @@ def _dispatch(args) -> int:
             return 0
         return _replay(capture, args)
     if cmd == "lab":
+        if args.command[:1] == ["set"] and not args.kernel:
+            return _lab_set(args.command[1:])
         return _kernel_lab(args) if args.kernel else _lab(args)
     if cmd == "probes":
         return _probes(args)
@@ -332,6 +335,25 @@ def _lab(args) -> int:
     finally:
         lab.stop()
     print("zfsobs: lab stopped, files removed", file=sys.stderr)
+    return 0
+
+
+def _lab_set(words: list[str]) -> int:
+    """lab set NAME=VALUE ... [--pid PID]: the words after `set` (argparse's REMAINDER)."""
+    from zfsobs.lab_knob import lab_set
+    pid = None
+    if "--pid" in words:
+        i = words.index("--pid")
+        if i + 1 >= len(words) or not words[i + 1].isdigit():
+            raise ZfsobsError("lab set: --pid needs a process id")
+        pid = int(words[i + 1])
+        words = words[:i] + words[i + 2:]
+    if not words:
+        raise ZfsobsError("lab set NAME=VALUE [NAME=VALUE ...] [--pid PID]: which tunable?")
+    if os.geteuid() != 0:
+        raise ZfsobsError("lab set writes the lab process's memory: run it as root")
+    for word in words:
+        print(f"zfsobs: {lab_set(word, pid)}", file=sys.stderr)
     return 0
 
 

@@ -141,6 +141,16 @@ class Lab:
         self.started = time.monotonic()
         return self
 
+    def owns(self, pid: int) -> bool:
+        """A ztest pass of this lab: not the parent, which never opens the pool (its tunables are
+        ztest's defaults, e.g. zfs_dirty_data_max 0), nor the zdb it runs to check the pool."""
+        try:
+            if pid == self.proc.pid or os.getpgid(pid) != self.proc.pid:
+                return False
+            return os.path.realpath(f"/proc/{pid}/exe") == os.path.realpath(self.build.ztest)
+        except OSError:
+            return False
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 

@@ -12,8 +12,9 @@ from zfsobs.views.status import Status
 class Pipeline:
     def __init__(self, source, model: Model, status: Status, capture: CaptureWriter | None = None,
                  listeners: list[Callable[[Event], None]] | None = None, pools: tuple[str, ...] = (),
-                 pool_prefixes: tuple[str, ...] = ()):
+                 pool_prefixes: tuple[str, ...] = (), watcher=None):
         self.source = source
+        self.watcher = watcher         # tunables (zfsobs/watcher.py): a second, polled source
         self.model = model
         self.status = status
         self.capture = capture
@@ -26,6 +27,9 @@ class Pipeline:
     def step(self, timeout: float) -> None:
         for line in self.source.poll(timeout):
             self.feed_line(line)
+        if self.watcher is not None:
+            for line in self.watcher.poll():
+                self.feed_line(line)
         if self.capture is not None:
             self.capture.tick()
             self.status.recorded_bytes = self.capture.bytes

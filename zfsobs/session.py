@@ -17,6 +17,7 @@ from zfsobs.pipeline import Pipeline
 from zfsobs.source import DEFAULT_PROBES, BpftraceSource
 from zfsobs.targets import resolve
 from zfsobs.views.status import Status
+from zfsobs.watcher import watcher_for
 
 
 class Terminated(Exception):
@@ -87,6 +88,9 @@ class Session:
         pools = tuple(getattr(args, "pool", None) or ())
         prefixes = (self.lab.pool,) if self.lab else ()
         self.source.meta["pools"] = list(pools + prefixes)
+        self.watcher = watcher_for(target, self.lab.owns if self.lab else None)
+        self.stack.callback(self.watcher.close)
+        self.source.meta["tunables_watched"] = self.watcher.names
         if getattr(args, "record", None):
             self.capture = CaptureWriter(args.record, self.source.meta, force=args.force)
             self.stack.callback(self._close_capture)
@@ -98,7 +102,7 @@ class Session:
                 raise ZfsobsError(f"cannot run {args.command[0]}: {exc.strerror}") from None
             self.stack.callback(self._stop_command)
         self.pipeline = Pipeline(self.source, self.model, self.status, self.capture, pools=pools,
-                                 pool_prefixes=prefixes)
+                                 pool_prefixes=prefixes, watcher=self.watcher)
 
     def _wait_attached(self) -> None:
         self.pending = []

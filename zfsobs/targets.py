@@ -11,7 +11,7 @@ import re
 import struct
 import subprocess
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from zfsobs.errors import ZfsobsError
 
@@ -60,6 +60,11 @@ class Target:
         zfs module's from kallsyms (run-time addresses; a function inlined everywhere is not there)."""
         return _exported_symbols(self.path) if self.kind == "libzpool" else _kernel_symbols()
 
+    @property
+    def symbol_sizes(self) -> dict[str, int]:
+        """Symbol -> size in bytes (libzpool; a tunable's C type is 4 or 8 bytes)."""
+        return _nm(self.path)[1] if self.kind == "libzpool" else {}
+
     @cached_property
     def got_slots(self) -> dict[str, int]:
         """Symbol -> file address of the GOT slot the library's own code reads it through."""
@@ -83,20 +88,28 @@ class Target:
 
 
 def _exported_symbols(path: str) -> dict[str, tuple[str, int]]:
+    return _nm(path)[0]
+
+
+@lru_cache(maxsize=8)
+def _nm(path: str) -> tuple[dict[str, tuple[str, int]], dict[str, int]]:
+    """(name -> (kind, file address), name -> size in bytes) of the library's defined dynamic symbols."""
     try:
-        out = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True,
+        out = subprocess.run(["nm", "-D", "-S", "--defined-only", path], capture_output=True,
                              text=True, check=True).stdout
     except FileNotFoundError:
         raise ZfsobsError("nm (binutils) is needed to list the library's functions: apt-get install binutils") from None
     except subprocess.CalledProcessError as exc:
         raise ZfsobsError(f"{path}: cannot read its symbols: {exc.stderr.strip()}") from None
-    names = {}
+    names, sizes = {}, {}
     for line in out.splitlines():
         parts = line.split()
-        if len(parts) == 3 and parts[1] in ("T", "t", "W", "D", "d", "B", "b"):
-            kind = "func" if parts[1] in ("T", "t", "W") else "data"
-            names[parts[2]] = (kind, int(parts[0], 16))
-    return names
+        if len(parts) in (3, 4) and parts[-2] in ("T", "t", "W", "D", "d", "B", "b"):
+            kind = "func" if parts[-2] in ("T", "t", "W") else "data"
+            names[parts[-1]] = (kind, int(parts[0], 16))
+            if len(parts) == 4:
+                sizes[parts[-1]] = int(parts[1], 16)
+    return names, sizes
 
 
 def _got_slots(path: str) -> dict[str, int]:

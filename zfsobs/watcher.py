@@ -1,0 +1,144 @@
+"""The tunable watcher: reads the tunables of zfsobs/tunables.py at start and polls them, turning
+each value it first sees and each change into a `tunable` event line (docs/events.md).
+
+Linux kernel: /sys/module/zfs/parameters. Userland (libzpool, the lab): the globals inside the
+newest process that maps the library, read from its memory (zfsobs/procmem.py). A change is seen
+at the poll after it happened: `since` is the previous poll, so it happened in (since, ts].
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable
+
+from zfsobs.events import format_line
+from zfsobs.procmem import Gone, ProcessGlobals, load_base
+from zfsobs.targets import Target
+from zfsobs.tunables import TABLE
+
+POLL_NS = 500_000_000
+# A process younger than this may still be applying ztest's -o options (set_global_var after exec).
+SETTLE_S = 1.0
+SYSFS = "/sys/module/zfs/parameters"
+
+
+class SysfsReader:
+    src = "sysfs"
+
+    def __init__(self, root: str = SYSFS):
+        self.root = root
+        self.names = [t.name for t in TABLE if os.path.isfile(os.path.join(root, t.name))]
+
+    def read(self) -> tuple[int, dict[str, int]] | None:
+        values = {}
+        for name in self.names:
+            try:
+                with open(os.path.join(self.root, name)) as f:
+                    values[name] = int(f.read().strip())
+            except (OSError, ValueError):
+                continue
+        return 0, values
+
+
+def _started(pid: int) -> float:
+    """Seconds since boot when the process started (/proc/PID/stat field 22)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[19]) / os.sysconf("SC_CLK_TCK")
+
+
+def _uptime() -> float:
+    with open("/proc/uptime") as f:
+        return float(f.read().split()[0])
+
+
+def library_pids(path: str, only: Callable[[int], bool] | None = None) -> list[int]:
+    """Processes that map the library (and pass `only`), oldest first."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or (only is not None and not only(int(entry))):
+            continue
+        try:
+            load_base(int(entry), path)
+            found.append((_started(int(entry)), int(entry)))
+        except (Gone, OSError):
+            continue
+        except Exception:       # a process we may not read (ZfsobsError): not ours to watch
+            continue
+    return [pid for _, pid in sorted(found)]
+
+
+class ProcessReader:
+    """The newest settled process of the library: in the lab, the running ztest pass."""
+    src = "mem"
+
+    def __init__(self, target: Target, only: Callable[[int], bool] | None = None):
+        self.target, self.only = target, only
+        self.names = [t.name for t in TABLE if _is_global(target, t.name)]
+        self.open: ProcessGlobals | None = None
+
+    def read(self) -> tuple[int, dict[str, int]] | None:
+        uptime = _uptime()
+        for pid in reversed(library_pids(self.target.path, self.only)):
+            try:
+                if uptime - _started(pid) < SETTLE_S:
+                    continue
+                if self.open is None or self.open.pid != pid:
+                    if self.open is not None:
+                        self.open.close()
+                    self.open = ProcessGlobals(pid, self.target)
+                return pid, {name: self.open.read(name) for name in self.names}
+            except (Gone, OSError):
+                continue
+        return None
+
+    def close(self) -> None:
+        if self.open is not None:
+            self.open.close()
+
+
+def _is_global(target: Target, name: str) -> bool:
+    sym = target.symbols.get(name)
+    return bool(sym and sym[0] == "data" and target.symbol_sizes.get(name) in (4, 8))
+
+
+class Watcher:
+    def __init__(self, reader, clock: Callable[[], int] = time.monotonic_ns):
+        self.reader, self.clock = reader, clock
+        self.values: dict[str, int] = {}
+        self.last_poll: int | None = None
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.reader.names)
+
+    def poll(self, force: bool = False) -> list[str]:
+        now = self.clock()
+        if not force and self.last_poll is not None and now - self.last_poll < POLL_NS:
+            return []
+        since, self.last_poll = self.last_poll, now
+        got = self.reader.read()
+        if got is None:
+            return []
+        pid, values = got
+        lines = []
+        for name, new in values.items():
+            old = self.values.get(name)
+            if old is None:
+                lines.append(format_line("tunable", now, {"name": name, "old": None, "new": new, "pid": pid,
+                                                          "src": self.reader.src, "initial": 1}))
+            elif new != old:
+                lines.append(format_line("tunable", now, {"name": name, "old": old, "new": new, "pid": pid,
+                                                          "src": self.reader.src, "since": since}))
+            self.values[name] = new
+        return lines
+
+    def close(self) -> None:
+        getattr(self.reader, "close", lambda: None)()
+
+
+def watcher_for(target: Target, only: Callable[[int], bool] | None = None) -> Watcher:
+    """The kernel's module parameters, or the globals of the library's processes (`only`: which)."""
+    if target.kind == "kernel":
+        return Watcher(SysfsReader())
+    return Watcher(ProcessReader(target, only))
