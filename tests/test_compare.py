@@ -11,7 +11,7 @@ from zfsobs.cli import main
 from zfsobs.events import Parser, parse_all
 from zfsobs.model import Model
 from zfsobs.model.txg import TxgModel
-from zfsobs.model.segments import between, stat
+from zfsobs.model.segments import SETTLE_NS, between, stat
 from zfsobs.views import compare, metrics
 from zfsobs.views.screen import render_screen
 from zfsobs.views.status import Status
@@ -20,6 +20,7 @@ from zfsobs.views.units import marked_sparkline
 
 NAME = "zfs_vdev_async_write_max_active"
 S = 10**9
+POLL = 500_000_000     # the appended change's `since` is one poll before it
 
 
 def with_tunables(src: str, dst: str, change: bool = True) -> int:
@@ -36,7 +37,7 @@ def with_tunables(src: str, dst: str, change: bool = True) -> int:
     writer.add(f"zfsobs 1 tunable {ts[0]} name={NAME} old=-1 new=10 pid=1 src=mem initial=1")
     writer.add(f"zfsobs 1 tunable {ts[0]} name=zfs_txg_timeout old=-1 new=5 pid=1 src=mem initial=1")
     if change:
-        writer.add(f"zfsobs 1 tunable {mid} name={NAME} old=10 new=2 pid=1 src=mem since={mid - 500000000}")
+        writer.add(f"zfsobs 1 tunable {mid} name={NAME} old=10 new=2 pid=1 src=mem since={mid - POLL}")
     writer.close({})
     return mid
 
@@ -57,8 +58,9 @@ def whole(path):
 
 
 def test_json_splits_at_the_change(changed):
-    """Mechanics only (appended tunable lines): two segments meeting at the change, every sample
-    in exactly one of them, ratios after/before of the segments' own figures."""
+    """Mechanics only (appended tunable lines): two segments meeting at the change; every sample in
+    one of them except those of the poll interval the change happened in and the settling second
+    after it (segments.SETTLE_NS); ratios after/before of the segments' own figures."""
     path, mid = changed
     data = json.loads(compare.render(read_capture(path), "json"))
     s0, s1 = data["segments"]
@@ -69,8 +71,9 @@ def test_json_splits_at_the_change(changed):
     for (pool, metric), track in model.samples.tracks.items():
         n0 = s0["metrics"].get(pool, {}).get(metric, {}).get("n", 0)
         n1 = s1["metrics"].get(pool, {}).get(metric, {}).get("n", 0)
-        assert n0 + n1 == len(track.ts), metric
-        assert n1 == len(between(track, mid, model.last_ts + 1))
+        skipped = len(between(track, mid - POLL, mid + SETTLE_NS))
+        assert n0 + skipped + n1 == len(track.ts), metric
+        assert n1 == len(between(track, mid + SETTLE_NS, model.last_ts + 1))
     (change,) = data["changes"]
     pool = next(iter(s0["metrics"]))
     sync = change["metrics"][pool]["txg.sync_ns"]
@@ -78,7 +81,8 @@ def test_json_splits_at_the_change(changed):
     assert sync["before"] == b and sync["after"] == a
     assert sync["ratio_mean"] == pytest.approx(a["mean"] / b["mean"])
     assert sync["ratio_p99"] == pytest.approx(a["p99"] / b["p99"])
-    assert b == stat(between(model.samples.tracks[(pool, "txg.sync_ns")], s0["start_ns"], mid))
+    assert b == stat(between(model.samples.tracks[(pool, "txg.sync_ns")], s0["start_ns"], mid - POLL))
+    assert s1["measured_s"][0] == pytest.approx(s1["start_s"] + SETTLE_NS / 1e9)
 
 
 def test_csv_one_row_per_segment_and_metric(changed):
@@ -143,10 +147,12 @@ def test_screen_shows_the_change_and_its_ratio(changed):
     path, mid = changed
     model, screen_text = screen(path)
     assert "tuning" in screen_text and f"{NAME} 10 → 2" in screen_text and "s ago" in screen_text
-    # the panel's windows: start..change and change..now; its async_write rows come first
+    # the panel's windows: start..the poll before the change, and from a settling second after it
+    # to now (as report --compare); its async_write rows come first
     key = next(k for k in model.samples.keys() if k[1] == "vq.async_write.act_mean")
     track = model.samples.tracks[key]
-    b, a = stat(between(track, model.first_ts, mid)), stat(between(track, mid, model.last_ts + 1))
+    b = stat(between(track, model.first_ts, mid - POLL))
+    a = stat(between(track, mid + SETTLE_NS, model.last_ts + 1))
     row = next(l for l in screen_text.splitlines() if "vq async_write active mean" in l)
     assert metrics.ratio(a["mean"] / b["mean"]) in row and metrics.value("x", b["mean"]) in row
 

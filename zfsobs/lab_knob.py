@@ -21,8 +21,9 @@ from zfsobs.tunables import BY_NAME
 POOL_PREFIX = "zfsobs_lab_"
 GVARS_COUNT, GVARS_LEN = 10, 64        # ZO_GVARS_MAX_COUNT, ZO_GVARS_MAX_ARGLEN in ztest.c
 # zo_gvars is the last member of ztest_shared_opts_t, preceded by int zo_gvars_count; whether the
-# struct ends with 4 bytes of padding depends on the members before it (2.1.11: none).
-GVARS_TAIL = {"2.1": GVARS_COUNT * GVARS_LEN, "2.3": GVARS_COUNT * GVARS_LEN}
+# struct ends with 4 bytes of padding depends on the members before it (2.1.11: none, 2.3.2: 4;
+# both measured on a running lab).
+GVARS_TAIL = {"2.1": GVARS_COUNT * GVARS_LEN, "2.3": GVARS_COUNT * GVARS_LEN + 4}
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -98,6 +99,9 @@ def parse_assignment(text: str, target: Target) -> tuple[str, int]:
         raise ZfsobsError(f"lab set {text!r}: the value must be an integer") from None
     sym = target.symbols.get(name)
     if not sym or sym[0] != "data" or target.symbol_sizes.get(name) not in (4, 8):
+        if name in BY_NAME:
+            raise ZfsobsError(f"{name}: this libzpool ({target.version}) does not export it (a static "
+                              "variable since 2.2), so neither lab set nor ztest -o can reach it")
         candidates = set(BY_NAME) | {n for n, s in target.symbols.items() if s[0] == "data"}
         close = difflib.get_close_matches(name, sorted(candidates), 3)
         raise ZfsobsError(f"{name}: not a tunable this libzpool ({target.version}) exports"

@@ -9,7 +9,7 @@ already derive, so a sample means what the panels and the report mean.
   vq.<class>.wait_mean_ns, max_active               summed over the pool's leaf vdevs, at the bin start
   vc.hit_ratio, vc.inflation, vc.amplification     one per 1 s bin with reads, while the cache is on
 
-Bins never straddle a tunable change: one ends at the change and the next starts there.
+Bins never straddle a tunable change: one ends at the poll before it, one at the change (segments.cuts).
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from bisect import bisect_left, bisect_right
 from collections import Counter, deque
 
 from zfsobs.events import Event
+from zfsobs.model.segments import cuts
 from zfsobs.model.tuning import TuningModel
 from zfsobs.model.vdev_cache import VdevCacheModel, derive
 from zfsobs.model.vdev_queue import CLASSES, VdevQueueModel
@@ -125,10 +126,10 @@ class SampleModel:
             self._bin = end
 
     def _bin_end(self, start: int) -> int:
-        """start + 1 s, or the first change after start if it comes sooner."""
-        changes = self.tuning.changes
-        i = bisect_right(changes, start, key=lambda c: c.ts)
-        return min(start + BIN_NS, changes[i].ts) if i < len(changes) else start + BIN_NS
+        """start + 1 s, or the next cut (a change, or the poll before it) if it comes sooner."""
+        ends = cuts(self.tuning.changes)
+        i = bisect_right(ends, start)
+        return min(start + BIN_NS, ends[i]) if i < len(ends) else start + BIN_NS
 
     def _zil(self, ts: int, pool: str, pid: int, txg: int, start: int) -> None:
         state = self.zil.pools.get(pool)
@@ -147,7 +148,8 @@ class SampleModel:
 
     def _vq(self, t0: int, t1: int) -> None:
         pools: dict[tuple[str, int], dict] = {}
-        for vdev, s, w in self.vq.between(t0, t1):
+        # no depth after t1: that time may be a change's
+        for vdev, s, w in self.vq.between(t0, t1, tail=False):
             a = pools.setdefault((vdev.pool, s.cls), {"pend_mean": 0.0, "act_mean": 0.0, "act_max": 0,
                                                        "wait_ns": 0.0, "waits": 0.0, "max_active": None})
             a["pend_mean"] += max(0.0, w["pend_mean"])     # a hair below 0 is rounding

@@ -9,6 +9,11 @@ from dataclasses import dataclass, field
 from zfsobs.model.tuning import Change
 from zfsobs.stats import percentile
 
+# After a change, what the statistics skip: I/Os issued under the old setting are still in flight,
+# and a vdev queue line's act_max covers the 0.5 s before it. Before a change they skip (since, ts],
+# the poll interval the change happened in.
+SETTLE_NS = 10**9
+
 
 def between(track, t0: int, t1: int) -> list[float]:
     """Values with t0 <= ts < t1: a sample exactly at a change's time belongs to the segment after it."""
@@ -39,6 +44,8 @@ class Segment:
     start: int                  # monotonic ns, inclusive
     end: int                    # exclusive
     opened_by: list[Change] = field(default_factory=list)    # [] for the first segment
+    t0: int = 0                 # the window measured: start + SETTLE_NS (not for segment 0) ...
+    t1: int = 0                 # ... to the next change's `since` (no sample of unknown setting)
 
 
 def split(first_ts: int, last_ts: int, changes: list[Change]) -> list[Segment]:
@@ -46,8 +53,21 @@ def split(first_ts: int, last_ts: int, changes: list[Change]) -> list[Segment]:
     change or past the last event. Changes seen by one poll (the same ts) open one segment."""
     cuts = sorted({c.ts for c in changes})
     starts, ends = [first_ts] + cuts, cuts + [last_ts + 1]
-    return [Segment(i, s, e, [c for c in changes if c.ts == s] if i else [])
-            for i, (s, e) in enumerate(zip(starts, ends))]
+    segs = []
+    for i, (s, e) in enumerate(zip(starts, ends)):
+        t0, t1 = (s + SETTLE_NS if i else s), last_known(changes, e)
+        segs.append(Segment(i, s, e, [c for c in changes if c.ts == s] if i else [], t0, max(t0, t1)))
+    return segs
+
+
+def last_known(changes: list[Change], ts: int) -> int:
+    """Up to when the setting before the changes seen at `ts` surely held: their earliest `since`."""
+    return min((c.since or ts for c in changes if c.ts == ts), default=ts)
+
+
+def cuts(changes: list[Change]) -> list[int]:
+    """Where sample bins end: at each change and at the poll before it, so no bin mixes settings."""
+    return sorted({t for c in changes for t in (c.since, c.ts) if t is not None})
 
 
 def window_stats(tracks: dict, t0: int, t1: int) -> dict:

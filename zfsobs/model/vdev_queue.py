@@ -122,8 +122,11 @@ class Series:
         out["pend"], out["act"] = ln.pend, ln.act
         return out
 
-    def window(self, t0: int, t1: int) -> dict | None:
-        """Deltas over [t0, t1], mean depths, and the max depth seen in it."""
+    def window(self, t0: int, t1: int, tail: bool = True) -> dict | None:
+        """Deltas over [t0, t1], mean depths, and the max depth seen in it. A line's maxima cover
+        the time since the line before: with `tail` the first line after t1 counts too (the max
+        over the window's tail: vqstat --max), without it only lines inside (no time after t1:
+        before/after a tunable change)."""
         end = self.at(t1)
         if end is None:
             return None
@@ -138,8 +141,7 @@ class Series:
         out["seconds"] = span / 1e9
         out["pend_mean"] = out["pend_ns"] / span
         out["act_mean"] = out["act_ns"] / span
-        # lines in the window, and the first after it (its maxima cover the window's tail)
-        inside = [self.lines[i] for i in range(self._index(t0) + 1, min(self._index(t1) + 2, len(self.lines)))]
+        inside = [self.lines[i] for i in range(self._index(t0) + 1, min(self._index(t1) + 1 + tail, len(self.lines)))]
         out["pend_max"] = max([start["pend"]] + [ln.pend_max for ln in inside] + [ln.pend for ln in inside])
         out["act_max"] = max([start["act"]] + [ln.act_max for ln in inside] + [ln.act for ln in inside])
         out["pend"], out["act"] = end["pend"], end["act"]
@@ -208,13 +210,13 @@ class VdevQueueModel:
             return []
         return self.between(now - int(seconds * 1e9), now)
 
-    def between(self, t0: int, t1: int) -> list[tuple[Vdev, Series, dict]]:
+    def between(self, t0: int, t1: int, tail: bool = True) -> list[tuple[Vdev, Series, dict]]:
         """Every series with events in [t0, t1] (or depth left over), sorted by pool, path, class."""
         rows = []
         for s in self.series.values():
             if not s.lines or (s.final and s.last.ts < t0):
                 continue
-            w = s.window(t0, t1)
+            w = s.window(t0, t1, tail)
             if w is None or not (w["enq"] or w["done"] or w["pend_max"] or w["act_max"]):
                 continue
             rows.append((self.vdev(s), s, w))

@@ -32,13 +32,14 @@ def as_dict(capture: Capture) -> dict:
         return out
     first, last = model.first_ts, model.last_ts
     segs = split(first, last, model.tuning.changes)
-    stats = [window_stats(model.samples.tracks, s.start, s.end) for s in segs]
+    stats = [window_stats(model.samples.tracks, s.t0, s.t1) for s in segs]
     for s, st in zip(segs, stats):
         end = min(s.end, last)
         out["segments"].append({
             "index": s.index, "start_s": _s(s.start - first), "end_s": _s(end - first),
             "start_ns": s.start, "end_ns": end,
             "start_wall": wallclock(meta, s.start), "end_wall": wallclock(meta, end),
+            "measured_s": [_s(s.t0 - first), _s(min(s.t1, last) - first)],
             "tunables": model.tuning.in_force(s.start),
             "opened_by": [_change(c, first, meta) for c in s.opened_by],
             "metrics": _nest(st)})

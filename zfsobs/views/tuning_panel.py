@@ -13,7 +13,7 @@ from rich.text import Text
 
 from zfsobs.model import Model
 from zfsobs.model.samples import order
-from zfsobs.model.segments import between, compare, window_stats
+from zfsobs.model.segments import SETTLE_NS, between, compare, last_known, window_stats
 from zfsobs.model.vdev_queue import CLASSES
 from zfsobs.views import metrics
 from zfsobs.views.units import marked_sparkline, wallclock
@@ -41,9 +41,13 @@ def render_tuning(model: Model, meta: dict, rows: int, now_ns: int | None):
     now = max(now_ns if now_ns is not None else model.last_ts or 0, change.ts)
     group = tuning.opened_at(change.ts)
     earlier = [c.ts for c in tuning.changes if c.ts < change.ts]
-    start = earlier[-1] if earlier else model.first_ts or change.ts
+    start = earlier[-1] + SETTLE_NS if earlier else model.first_ts or change.ts
     tracks = model.samples.tracks
-    diff = compare(window_stats(tracks, start, change.ts), window_stats(tracks, change.ts, now + 1), both=True)
+    # the same windows as report --compare: no sample of the poll interval the change happened in,
+    # none of the settling second after it
+    cut = max(start, last_known(tuning.changes, change.ts))
+    diff = compare(window_stats(tracks, start, cut), window_stats(tracks, change.ts + SETTLE_NS, now + 1),
+                   both=True)
     names = [c.name for c in group]
     keys = sorted(diff, key=lambda k: (not any(related(n, k[1]) for n in names),
                                        -_effect(diff[k]["ratio_mean"]), order(k)))[:min(rows, MAX_ROWS)]
