@@ -13,6 +13,7 @@ SCHEMA_VERSION = 1
 # Required fields per known kind; other kinds and extra fields pass through untouched.
 REQUIRED: dict[str, tuple[str, ...]] = {
     "hello": ("probe",),
+    "bye": ("probe",),
     "txg": ("pool", "txg", "start", "sync_ns"),
     "lost": ("count",),
     "zil": ("pool", "txg", "cpu"),

@@ -152,7 +152,8 @@ class Session:
     def _close_capture(self) -> None:
         trailer = {"end_wall_ns": time.time_ns(), "end_mono_ns": time.monotonic_ns(),
                    "reason": self.reason or "error", "events": self.pipeline.kept,
-                   "malformed": self.pipeline.parser.malformed, "lost": self.model.lost}
+                   "malformed": self.pipeline.parser.malformed, "lost": self.model.lost,
+                   "dropped_at_stop": self.source.dropped_at_stop}
         try:
             self.capture.close(trailer)
         except ZfsobsError:

@@ -70,6 +70,14 @@ def bpftrace_version(path: str) -> str:
         return "unknown"
 
 
+def _ts(line: str) -> int | None:
+    """The timestamp of an event line, None for anything else."""
+    parts = line.split(None, 4)
+    if len(parts) >= 4 and parts[0] == "zfsobs" and parts[3].isdigit():
+        return int(parts[3])
+    return None
+
+
 class BpftraceSource:
     def __init__(self, target: Target, probes=DEFAULT_PROBES, tunables: dict | None = None):
         self.target = target
@@ -97,6 +105,9 @@ class BpftraceSource:
         self._procs: list[tuple[str, subprocess.Popen]] = []
         self._stderr: dict[str, list[str]] = {}
         self._attached: set[str] = set()
+        self._stop_ns: int | None = None     # when finish() asked the probes to stop
+        self._late: dict[str, list[str]] = {}
+        self.dropped_at_stop = 0
         self._pumps: list[threading.Thread] = []
         self._dir = ""
         self.ended = ""           # why the source stopped, once it has
@@ -129,6 +140,9 @@ class BpftraceSource:
             lost = _LOST_RE.match(line)
             if lost:
                 line = format_line("lost", time.monotonic_ns(), {"count": lost.group(1), "probe": name})
+            elif self._stop_ns is not None:
+                self._late.setdefault(name, []).append(line)
+                continue
             self._queue.put(line)
 
     def poll(self, timeout: float) -> list[str]:
@@ -178,11 +192,27 @@ class BpftraceSource:
         """Stop the probes and return every line they still had: what the kernel's buffers held and
         bpftrace had not printed yet (e.g. the final counts of a process that just exited). SIGINT
         makes bpftrace print what is buffered, run END and exit; its pipes then reach EOF."""
+        self._stop_ns = time.monotonic_ns()
         self._signal(signal.SIGINT)
         deadline = time.monotonic() + timeout
         for pump in self._pumps:
             pump.join(max(0.0, deadline - time.monotonic()))
-        return self._take()
+        lines = self._take()
+        for late in list(self._late.values()):
+            lines += self._trusted(late)
+        return lines
+
+    def _trusted(self, late: list[str]) -> list[str]:
+        """A probe's lines read after the stop: what it printed before the stop, and its END output.
+        bpftrace detaches its probes one by one before END runs, and the ones still attached keep
+        printing: a vdev queue counting issues with its completions detached shows thousands active.
+        END's first line (`bye`) stamps the end of that; without it only lines from before the stop count."""
+        stamps = [_ts(line) for line in late]
+        bye = max((t for line, t in zip(late, stamps) if " bye " in line and t is not None), default=None)
+        kept = [line for line, t in zip(late, stamps)
+                if t is None or t <= self._stop_ns or (bye is not None and t >= bye)]
+        self.dropped_at_stop += len(late) - len(kept)
+        return kept
 
     def _take(self) -> list[str]:
         """Every line queued now, without waiting."""

@@ -172,10 +172,15 @@ class SampleModel:
         on = {v.pool for v in self.vc.vdevs.values() if v.size > 0}
         if not on:
             return
-        for pool, w in self.vc.by_pool(t0, t1).items():
+        for pool, w in self.vc.stamped_by_pool(t0, t1, cuts(self.tuning.changes)).items():
             if pool not in on or w["reads"] <= 0:
                 continue
             d = derive(w)
+            # device/asked over the reads the cache decided in the bin: a line counts a read when it
+            # enters and when it is decided, often on the next line, and with one or two reads per
+            # line the report's device/read_bytes swings either way
+            decided = w["declined_bytes"] + w["hit_bytes"] + w["miss_bytes"]
+            d["amplification"] = d["device_bytes"] / decided if decided else None
             for name in ("hit_ratio", "inflation", "amplification"):
                 if d[name] is not None:
                     self._add(pool, "vc." + name, t0, d[name])

@@ -8,6 +8,7 @@ The state of the cache comes in three kinds, shown the same way everywhere:
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -65,6 +66,23 @@ class Vdev:
 
     def totals(self) -> dict:
         return dict(self.lines[-1].values) if self.lines else {c: 0 for c in COUNTERS}
+
+    def stamped(self, t0: int, t1: int, cuts: list[int]) -> dict | None:
+        """The counts of the lines stamped in [t0, t1), each since the line before it. A line
+        comes at the first read a second after the last, so after an idle spell its counts go
+        back to reads seconds old: one whose span crosses a cut (a tunable change) is left out."""
+        out, prev = None, None
+        for line in self.lines:
+            if line.ts >= t1:
+                break
+            if line.ts >= t0:
+                start = prev.ts if prev is not None else line.ts
+                i = bisect_right(cuts, start)
+                if i == len(cuts) or cuts[i] >= line.ts:
+                    base = prev.values if prev is not None else dict.fromkeys(COUNTERS, 0)
+                    out = add(out or {}, {c: line.values[c] - base[c] for c in COUNTERS})
+            prev = line
+        return out
 
 
 def derive(t: dict) -> dict:
@@ -125,6 +143,15 @@ class VdevCacheModel:
                               f"zfs_vdev_cache_max={v.max} B become {1 << (v.bshift or 16)} B reads "
                               f"(zfs_vdev_cache_bshift={v.bshift})")
         return "disabled", "zfs_vdev_cache_size=0: the cache code runs and declines every read; " + ENABLE_HINT
+
+    def stamped_by_pool(self, t0: int, t1: int, cuts: list[int]) -> dict[str, dict]:
+        """Summed counts per pool of the lines stamped in [t0, t1) (Vdev.stamped)."""
+        out: dict[str, dict] = {}
+        for v in self.vdevs.values():
+            w = v.stamped(t0, t1, cuts)
+            if w is not None:
+                out[v.pool] = add(out.get(v.pool, {}), w)
+        return out
 
     def by_pool(self, t0: int | None = None, t1: int | None = None) -> dict[str, dict]:
         """Summed counters per pool: over [t0, t1], or the whole capture without times."""

@@ -1,0 +1,122 @@
+"""Tuning on real OpenZFS: scripts/scenario records the lab while `zfsobs lab set` changes a
+tunable inside the running ztest and changes it back; the capture must carry each change at the
+time it was made, the probes must show ZFS obeying each setting, and report --compare must say so.
+
+The ground truth is the setting itself: the limit written into the process is the most async
+writes a leaf vdev may have active (test_lab_vdev_queue.py checks the probe's active count
+against the library's own counter), and with zfs_vdev_cache_max=1 the cache must decline every read."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import lab_ready
+from zfsobs.capture import read_capture
+from zfsobs.events import Parser, parse_all
+from zfsobs.model.segments import SETTLE_NS
+
+pytestmark = [pytest.mark.lab, pytest.mark.skipif(bool(lab_ready()), reason=lab_ready() or "ok")]
+
+SCENARIO = str(Path(__file__).resolve().parent.parent / "scripts" / "scenario")
+SEGMENT = 8                     # seconds of ztest's test pass per setting
+NAME = "zfs_vdev_async_write_max_active"
+ASYNC_WRITE = 3
+# the session polls the watcher between reads of the probes (0.5 s ticks): a change made at t is
+# seen by a poll at most ~2 ticks later
+SEEN_WITHIN_NS = 1_500_000_000
+SET_RE = re.compile(r"set (\S+)=(\d+) between monotonic (\d+) and (\d+) ns")
+
+
+def scenario(tmp_path, name):
+    cap = tmp_path / f"{name}.cap"
+    res = subprocess.run([SCENARIO, name, "--segment", str(SEGMENT), "--out", str(cap), "--format", "json"],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    sets = [(m[1], int(m[2]), int(m[3]), int(m[4])) for m in SET_RE.finditer(res.stderr)]
+    capture = read_capture(str(cap))
+    events = parse_all(capture.lines, Parser())
+    return {"report": json.loads(res.stdout), "sets": sets, "events": events, "pool": capture.meta["lab"]["pool"]}
+
+
+@pytest.fixture(scope="module")
+def max_active(tmp_path_factory):
+    return scenario(tmp_path_factory.mktemp("tuning"), "async-write-max-active")
+
+
+@pytest.fixture(scope="module")
+def cache_max(tmp_path_factory):
+    return scenario(tmp_path_factory.mktemp("tuning"), "vdev-cache-max")
+
+
+def changes(run, name):
+    return [ev for ev in run["events"] if ev.kind == "tunable" and ev.get("name") == name and not ev.get("initial")]
+
+
+def test_each_lab_set_is_one_tunable_event_at_the_time_it_was_made(max_active):
+    evs = changes(max_active, NAME)
+    assert [(ev.get("old"), ev.get("new")) for ev in evs] == [(3, 1), (1, 3)]
+    assert [(s[0], s[1]) for s in max_active["sets"]] == [(NAME, 1), (NAME, 3)]
+    for ev, (_, _, before, after) in zip(evs, max_active["sets"]):
+        # the poll before the one that saw it had the old value: it came before the write ended
+        assert ev.get("since") < after and before <= ev.ts <= after + SEEN_WITHIN_NS, (ev, before, after)
+    initial = {ev.get("name"): ev.get("new") for ev in max_active["events"] if ev.kind == "tunable" and ev.get("initial")}
+    assert initial[NAME] == 3 and initial["zfs_vdev_async_write_min_active"] == 1
+
+
+def test_async_write_active_maximum_follows_the_limit(max_active):
+    """The probe's lines, split where the setting surely held (after a settling second, up to the
+    poll before the next change): the highest active count equals the limit in force, and every
+    line read that limit."""
+    first, second = changes(max_active, NAME)
+    pool = max_active["pool"]
+    lines = [ev for ev in max_active["events"] if ev.kind == "vq" and ev.get("class") == ASYNC_WRITE
+             and ev.get("pool") == pool]
+    spans = {3: (0, first.get("since")), 1: (first.ts + SETTLE_NS, second.get("since")),
+             -3: (second.ts + SETTLE_NS, 1 << 63)}
+    for limit, (t0, t1) in spans.items():
+        inside = [ev for ev in lines if t0 <= ev.ts < t1]
+        assert inside, f"no async_write lines with limit {abs(limit)}"
+        assert max(ev.get("act_max") for ev in inside) == abs(limit), limit
+        assert {ev.get("max_active") for ev in inside} == {abs(limit)}, limit
+
+
+def test_report_compare_shows_the_limit_and_the_depth_move(max_active):
+    report = max_active["report"]
+    assert len(report["segments"]) == 3 and len(report["changes"]) == 2
+    pool = max_active["pool"]
+    for change, (old, new) in zip(report["changes"], [(3, 1), (1, 3)]):
+        assert [(t["name"], t["old"], t["new"]) for t in change["tunables"]] == [(NAME, old, new)]
+        m = change["metrics"][pool]
+        limit, top = m["vq.async_write.max_active"], m["vq.async_write.act_max"]
+        assert (limit["before"]["mean"], limit["after"]["mean"]) == (old, new)
+        assert limit["ratio_mean"] == pytest.approx(new / old)
+        assert (top["before"]["max"], top["after"]["max"]) == (old, new)
+    # fewer allowed at the devices, more waiting in the queue: pending rises when the limit drops
+    down = report["changes"][0]["metrics"][pool]["vq.async_write.pend_mean"]
+    assert down["after"]["mean"] > down["before"]["mean"]
+
+
+def test_a_later_ztest_pass_keeps_the_setting(max_active):
+    """The value went into ztest's shared options too: no pass reverted it (a revert would be a
+    change event), and every process the watcher read after the change had the new value."""
+    assert len(changes(max_active, NAME)) == 2
+
+
+def test_vdev_cache_max_turns_inflation_off_and_on(cache_max):
+    report = cache_max["report"]
+    pool = cache_max["pool"]
+    assert [(t["name"], t["old"], t["new"]) for c in report["changes"] for t in c["tunables"]] == \
+        [("zfs_vdev_cache_max", 16384, 1), ("zfs_vdev_cache_max", 1, 16384)]
+    off, on = (c["metrics"][pool] for c in report["changes"])
+    amp = off["vc.amplification"]
+    assert amp["before"]["mean"] > 1.5               # small reads read as 64 KiB lines
+    # every read declined: the device reads exactly what was asked, and no line is filled
+    assert amp["after"]["n"] and amp["after"]["max"] == pytest.approx(1.0)
+    assert off["vc.inflation"]["after"]["n"] == 0 and off["vc.hit_ratio"]["after"]["n"] == 0
+    assert on["vc.amplification"]["after"]["mean"] > 1.5 and on["vc.inflation"]["after"]["n"]
+    max_lines = [ev for ev in cache_max["events"] if ev.kind == "vc" and ev.get("pool") == pool]
+    assert {ev.get("max") for ev in max_lines} == {16384, 1}
