@@ -8,8 +8,10 @@ against the library's own counter), and with zfs_vdev_cache_max=1 the cache must
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -68,17 +70,22 @@ def test_each_lab_set_is_one_tunable_event_at_the_time_it_was_made(max_active):
 
 
 def test_async_write_active_maximum_follows_the_limit(max_active):
-    """The probe's lines, split where the setting surely held (after a settling second, up to the
-    poll before the next change): the highest active count equals the limit in force, and every
-    line read that limit."""
+    """The probe's lines, split where the setting surely held: from a settling second after a
+    change up to the poll before the next, and only lines whose span since the vdev's line before
+    lies there too (a line's act_max covers that span). The highest active count equals the limit
+    in force, and every line read that limit."""
     first, second = changes(max_active, NAME)
     pool = max_active["pool"]
-    lines = [ev for ev in max_active["events"] if ev.kind == "vq" and ev.get("class") == ASYNC_WRITE
-             and ev.get("pool") == pool]
+    prev, lines = {}, []
+    for ev in max_active["events"]:
+        if ev.kind == "vq" and ev.get("class") == ASYNC_WRITE and ev.get("pool") == pool:
+            key = (ev.get("pid"), ev.get("vd"))
+            lines.append((prev.get(key, ev.ts), ev))
+            prev[key] = ev.ts
     spans = {3: (0, first.get("since")), 1: (first.ts + SETTLE_NS, second.get("since")),
              -3: (second.ts + SETTLE_NS, 1 << 63)}
     for limit, (t0, t1) in spans.items():
-        inside = [ev for ev in lines if t0 <= ev.ts < t1]
+        inside = [ev for since, ev in lines if t0 <= since and ev.ts < t1]
         assert inside, f"no async_write lines with limit {abs(limit)}"
         assert max(ev.get("act_max") for ev in inside) == abs(limit), limit
         assert {ev.get("max_active") for ev in inside} == {abs(limit)}, limit
@@ -113,10 +120,86 @@ def test_vdev_cache_max_turns_inflation_off_and_on(cache_max):
         [("zfs_vdev_cache_max", 16384, 1), ("zfs_vdev_cache_max", 1, 16384)]
     off, on = (c["metrics"][pool] for c in report["changes"])
     amp = off["vc.amplification"]
-    assert amp["before"]["mean"] > 1.5               # small reads read as 64 KiB lines
+    # each miss reads a 64 KiB line for a read of at most zfs_vdev_cache_max (16 KiB): 4x or more
+    assert off["vc.inflation"]["before"]["n"] and off["vc.inflation"]["before"]["mean"] >= 4
+    assert amp["before"]["mean"] > 1
     # every read declined: the device reads exactly what was asked, and no line is filled
     assert amp["after"]["n"] and amp["after"]["max"] == pytest.approx(1.0)
     assert off["vc.inflation"]["after"]["n"] == 0 and off["vc.hit_ratio"]["after"]["n"] == 0
-    assert on["vc.amplification"]["after"]["mean"] > 1.5 and on["vc.inflation"]["after"]["n"]
+    assert on["vc.inflation"]["after"]["n"] and on["vc.inflation"]["after"]["mean"] >= 4
+    assert on["vc.amplification"]["after"]["mean"] > 1
     max_lines = [ev for ev in cache_max["events"] if ev.kind == "vc" and ev.get("pool") == pool]
     assert {ev.get("max") for ev in max_lines} == {16384, 1}
+
+
+def _pass_running(top_pid: int) -> bool:
+    """ztest's test pass has started: the lab's ztest (top's child) has had a second child (the
+    first creates the pool)."""
+    try:
+        out = subprocess.run(["pgrep", "-P", str(top_pid), "-x", "ztest"], capture_output=True, text=True).stdout.split()
+        kids = subprocess.run(["pgrep", "-P", out[0], "-x", "ztest"], capture_output=True, text=True).stdout.split() if out else []
+    except OSError:
+        return False
+    _pass_running.seen.update(kids)
+    return len(_pass_running.seen) >= 2
+
+
+_pass_running.seen = set()
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def test_top_shows_a_lab_set_within_two_seconds():
+    """The issue's acceptance: `zfsobs top --lab` on a terminal, `zfsobs lab set` from another
+    process, and the live view shows the change (its panel, old -> new) within two seconds."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    import threading
+    import time
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 70, 200, 0, 0))
+    proc = subprocess.Popen([sys.executable, "-m", "zfsobs", "top", "--lab", "--option",
+                             "zfs_vdev_async_write_min_active=1", "--option", f"{NAME}=3"],
+                            stdin=slave, stdout=slave, stderr=subprocess.PIPE, text=True)
+    os.close(slave)
+    frames: list[tuple[float, str]] = []
+
+    def read():
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            frames.append((time.monotonic(), chunk.decode(errors="replace")))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 300
+        while not _pass_running(proc.pid):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-2000:] if proc.poll() else "no pass"
+            time.sleep(0.2)
+        time.sleep(3)
+        res = subprocess.run([sys.executable, "-m", "zfsobs", "lab", "set", f"{NAME}=1"], capture_output=True, text=True)
+        done = time.monotonic()
+        assert res.returncode == 0, res.stderr
+        want = f"{NAME} 3 → 1"
+        while time.monotonic() < done + 5 and not any(want in ANSI.sub("", f) for t, f in frames if t >= done):
+            time.sleep(0.05)
+        seen = next((t for t, f in frames if t >= done and want in ANSI.sub("", f)), None)
+        assert seen is not None, ANSI.sub("", frames[-1][1])[-3000:] if frames else "no screen"
+        print(f"\nchange on screen {seen - done:.2f} s after lab set returned")
+        assert seen - done <= 2.0
+        before = "".join(ANSI.sub("", f) for t, f in frames if t < done)
+        assert "tunables (no change yet)" in before and f"{NAME}=3" in before and want not in before
+    finally:
+        os.write(master, b"q")
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        os.close(master)
+    assert proc.returncode == 0, proc.stderr.read()[-2000:]

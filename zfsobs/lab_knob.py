@@ -114,16 +114,21 @@ def parse_assignment(text: str, target: Target) -> tuple[str, int]:
 class OptionsFile:
     """The gvars (NAME=VALUE strings) in ztest's shared options file, via the parent's open fd."""
 
-    def __init__(self, parent: int, zfs: str):
+    def __init__(self, path: str, zfs: str):
+        self.f = open(path, "r+b", buffering=0)
+        hdr_size, opts_size = struct.unpack("<QQ", os.pread(self.f.fileno(), 16, 0))
+        self.gvars = hdr_size + opts_size - GVARS_TAIL[zfs]
+        self.count_at = self.gvars - 4
+
+    @classmethod
+    def of(cls, parent: int, zfs: str) -> "OptionsFile":
+        """The file ztest's parent made (unlinked; its fd is the way in)."""
         fd_dir = f"/proc/{parent}/fd"
         path = next((os.path.join(fd_dir, fd) for fd in os.listdir(fd_dir)
                      if os.readlink(os.path.join(fd_dir, fd)).startswith("/tmp/ztest.data.")), None)
         if path is None:
             raise ZfsobsError(f"ztest {parent}: its shared options file is not open (not a ztest parent?)")
-        self.f = open(path, "r+b", buffering=0)
-        hdr_size, opts_size = struct.unpack("<QQ", os.pread(self.f.fileno(), 16, 0))
-        self.gvars = hdr_size + opts_size - GVARS_TAIL[zfs]
-        self.count_at = self.gvars - 4
+        return cls(path, zfs)
 
     def entries(self) -> list[str]:
         count = struct.unpack("<i", os.pread(self.f.fileno(), 4, self.count_at))[0]
@@ -157,7 +162,7 @@ def lab_set(assignment: str, pid: int | None = None) -> str:
     zfs = ".".join(target.version.split(".")[:2])
     if zfs not in GVARS_TAIL:
         raise ZfsobsError(f"lab set does not know ztest {target.version}'s options layout")
-    opts = OptionsFile(parent, zfs)
+    opts = OptionsFile.of(parent, zfs)
     try:
         opts.set(name, value)       # first: a pass starting now reads the new value
     finally:

@@ -148,8 +148,8 @@ class SampleModel:
 
     def _vq(self, t0: int, t1: int) -> None:
         pools: dict[tuple[str, int], dict] = {}
-        # no depth after t1: that time may be a change's
-        for vdev, s, w in self.vq.between(t0, t1, tail=False):
+        # no depth after t1 (that time may be a change's), no maxima of a span across a change
+        for vdev, s, w in self.vq.between(t0, t1, cuts(self.tuning.changes)):
             a = pools.setdefault((vdev.pool, s.cls), {"pend_mean": 0.0, "act_mean": 0.0, "act_max": 0,
                                                        "wait_ns": 0.0, "waits": 0.0, "max_active": None})
             a["pend_mean"] += max(0.0, w["pend_mean"])     # a hair below 0 is rounding
@@ -157,7 +157,7 @@ class SampleModel:
             a["act_max"] = max(a["act_max"], w["act_max"])  # per vdev, as the limit is
             a["wait_ns"] += w["wait_ns"]
             a["waits"] += w["issued"] + w["merged"]
-            limit = s.limit_at(t1 - 1)         # not s.max_active: that may be newer than the bin
+            limit = s.limit_in(t0, t1)         # not s.max_active: that may be newer than the bin
             if limit is not None:
                 a["max_active"] = max(a["max_active"] or 0, limit)
         for (pool, cls), a in pools.items():

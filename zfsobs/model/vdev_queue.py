@@ -52,6 +52,12 @@ def quantile(hist: list[int], q: float) -> int | None:
     return None
 
 
+def _crosses(cuts: list[int], start: int, end: int) -> bool:
+    """Whether a cut lies in (start, end)."""
+    i = bisect_right(cuts, start)
+    return i < len(cuts) and cuts[i] < end
+
+
 @dataclass
 class Line:
     ts: int
@@ -99,9 +105,12 @@ class Series:
     def last(self) -> Line:
         return self.lines[-1]
 
-    def limit_at(self, t: int) -> int | None:
-        """max_active as the latest line at or before t read it (before the first line: the first's)."""
-        return self.lines[max(0, self._index(t))].max_active if self.lines else None
+    def limit_in(self, t0: int, t1: int) -> int | None:
+        """The highest max_active the lines stamped in [t0, t1) read (None: no line there; an
+        idle vdev's last line may be from before a change)."""
+        lo, hi = self._index(t0 - 1) + 1, self._index(t1 - 1) + 1
+        return max((self.lines[i].max_active for i in range(lo, hi) if self.lines[i].max_active is not None),
+                   default=None)
 
     def _index(self, t: int) -> int:
         """Index of the latest line at or before t (-1: none)."""
@@ -122,11 +131,12 @@ class Series:
         out["pend"], out["act"] = ln.pend, ln.act
         return out
 
-    def window(self, t0: int, t1: int, tail: bool = True) -> dict | None:
+    def window(self, t0: int, t1: int, cuts: list[int] | None = None) -> dict | None:
         """Deltas over [t0, t1], mean depths, and the max depth seen in it. A line's maxima cover
-        the time since the line before: with `tail` the first line after t1 counts too (the max
-        over the window's tail: vqstat --max), without it only lines inside (no time after t1:
-        before/after a tunable change)."""
+        the time since the line before. Without `cuts` the first line after t1 counts too (the
+        max over the window's tail: vqstat --max); with them only lines inside, and of those only
+        ones whose span since the line before crosses no cut (a tunable change: the maxima of an
+        idle vdev's next line can be seconds old)."""
         end = self.at(t1)
         if end is None:
             return None
@@ -141,9 +151,12 @@ class Series:
         out["seconds"] = span / 1e9
         out["pend_mean"] = out["pend_ns"] / span
         out["act_mean"] = out["act_ns"] / span
-        inside = [self.lines[i] for i in range(self._index(t0) + 1, min(self._index(t1) + 1 + tail, len(self.lines)))]
-        out["pend_max"] = max([start["pend"]] + [ln.pend_max for ln in inside] + [ln.pend for ln in inside])
-        out["act_max"] = max([start["act"]] + [ln.act_max for ln in inside] + [ln.act for ln in inside])
+        lo, hi = self._index(t0) + 1, min(self._index(t1) + 1 + (cuts is None), len(self.lines))
+        inside = [self.lines[i] for i in range(lo, hi)]
+        spans = [ln for i, ln in zip(range(lo, hi), inside)
+                 if cuts is None or not _crosses(cuts, self.lines[i - 1].ts if i else ln.ts, ln.ts)]
+        out["pend_max"] = max([start["pend"]] + [ln.pend_max for ln in spans] + [ln.pend for ln in inside])
+        out["act_max"] = max([start["act"]] + [ln.act_max for ln in spans] + [ln.act for ln in inside])
         out["pend"], out["act"] = end["pend"], end["act"]
         return out
 
@@ -210,13 +223,13 @@ class VdevQueueModel:
             return []
         return self.between(now - int(seconds * 1e9), now)
 
-    def between(self, t0: int, t1: int, tail: bool = True) -> list[tuple[Vdev, Series, dict]]:
+    def between(self, t0: int, t1: int, cuts: list[int] | None = None) -> list[tuple[Vdev, Series, dict]]:
         """Every series with events in [t0, t1] (or depth left over), sorted by pool, path, class."""
         rows = []
         for s in self.series.values():
             if not s.lines or (s.final and s.last.ts < t0):
                 continue
-            w = s.window(t0, t1, tail)
+            w = s.window(t0, t1, cuts)
             if w is None or not (w["enq"] or w["done"] or w["pend_max"] or w["act_max"]):
                 continue
             rows.append((self.vdev(s), s, w))

@@ -1,0 +1,108 @@
+"""The tunable watcher and `lab set`'s pieces that need no running lab: the sysfs reader on a
+directory laid out like /sys/module/zfs/parameters, change detection, the ztest options layout,
+and the checks on NAME=VALUE against the installed libzpool's exported globals."""
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from zfsobs.errors import ZfsobsError
+from zfsobs.events import Parser
+from zfsobs.lab_knob import GVARS_COUNT, GVARS_LEN, GVARS_TAIL, OptionsFile, parse_assignment
+from zfsobs.targets import libzpool
+from zfsobs.tunables import BY_NAME, TABLE, platform_name
+from zfsobs.watcher import POLL_NS, SysfsReader, Watcher
+
+
+class Clock:
+    def __init__(self):
+        self.now = 10**12
+
+    def __call__(self):
+        return self.now
+
+
+def params(tmp_path, **values):
+    for name, value in values.items():
+        (tmp_path / name).write_text(f"{value}\n")
+    return SysfsReader(str(tmp_path))
+
+
+def test_sysfs_watcher_sends_every_value_once_then_only_changes(tmp_path):
+    clock = Clock()
+    w = Watcher(params(tmp_path, zfs_txg_timeout=5, zfs_vdev_async_write_max_active=10, not_a_tunable=1), clock)
+    assert sorted(w.names) == ["zfs_txg_timeout", "zfs_vdev_async_write_max_active"]
+    first = [Parser().parse(line) for line in w.poll()]
+    assert {(e.get("name"), e.get("new"), e.get("initial"), e.get("old")) for e in first} == \
+        {("zfs_txg_timeout", 5, 1, None), ("zfs_vdev_async_write_max_active", 10, 1, None)}
+    assert all(e.kind == "tunable" and e.ts == clock.now and e.get("src") == "sysfs" for e in first)
+    (tmp_path / "zfs_vdev_async_write_max_active").write_text("2\n")
+    assert w.poll() == []                       # not a poll interval yet
+    before = clock.now
+    clock.now += POLL_NS
+    (change,) = [Parser().parse(line) for line in w.poll()]
+    assert (change.get("name"), change.get("old"), change.get("new")) == ("zfs_vdev_async_write_max_active", 10, 2)
+    assert change.get("since") == before and change.ts == clock.now and change.get("initial") is None
+    clock.now += POLL_NS
+    assert w.poll() == []
+
+
+def test_every_table_entry_names_a_metric_and_has_platform_names():
+    assert len(BY_NAME) == len(TABLE)
+    for t in TABLE:
+        assert t.metric in ("txg", "zil", "vdev_queue", "vdev_cache") and t.what
+        assert platform_name(t, "linux") == t.name
+        assert platform_name(t, "freebsd").startswith("vfs.zfs.")
+    assert platform_name(BY_NAME["zil_maxblocksize"], "illumos") == ""
+
+
+def test_the_installed_libzpool_exports_the_lab_tunables():
+    """2.1.11's libzpool: every tunable of the table that 2.1 has is a 4- or 8-byte global there."""
+    target = libzpool()
+    if target.version != "2.1.11":
+        pytest.skip("the sizes below are 2.1.11's")
+    sizes = {n: target.symbol_sizes.get(n) for n in ("zfs_txg_timeout", "zfs_dirty_data_max",
+                                                     "zfs_vdev_async_write_max_active", "zfs_vdev_cache_max")}
+    assert sizes == {"zfs_txg_timeout": 4, "zfs_dirty_data_max": 8, "zfs_vdev_async_write_max_active": 4,
+                     "zfs_vdev_cache_max": 4}
+
+
+def test_lab_set_checks_name_and_value():
+    target = libzpool()
+    assert parse_assignment("zfs_vdev_async_write_max_active=0x10", target) == ("zfs_vdev_async_write_max_active", 16)
+    for text, why in (("zfs_vdev_async_write_max_active", "expected NAME=VALUE"),
+                      ("zfs_vdev_async_write_max_active=ten", "must be an integer"),
+                      ("zfs_vdev_async_write_max_active=4294967296", "32-bit"),
+                      ("zfs_vdev_async_write_max_activ=3", "did you mean zfs_vdev_async_write_max_active")):
+        with pytest.raises(ZfsobsError, match=why):
+            parse_assignment(text, target)
+
+
+def options_file(tmp_path, zfs, entries):
+    """A file laid out like ztest's shared data (header, then ztest_shared_opts_t ending in
+    int zo_gvars_count + char zo_gvars[10][64] and the version's padding), as `lab set` sees it."""
+    hdr, opts = 56, 1792 if zfs == "2.1" else 1808
+    data = bytearray(hdr + opts + 4096)
+    data[0:16] = struct.pack("<QQ", hdr, opts)
+    gvars = hdr + opts - GVARS_TAIL[zfs]
+    data[gvars - 4:gvars] = struct.pack("<i", len(entries))
+    for i, e in enumerate(entries):
+        data[gvars + i * GVARS_LEN:gvars + i * GVARS_LEN + len(e)] = e.encode()
+    path = tmp_path / f"ztest.data.{zfs}"
+    path.write_bytes(bytes(data))
+    return path
+
+
+@pytest.mark.parametrize("zfs", sorted(GVARS_TAIL))
+def test_options_file_replaces_or_appends_a_gvar(tmp_path, zfs):
+    path = options_file(tmp_path, zfs, ["zfs_vdev_async_write_max_active=3"])
+    opts = OptionsFile(str(path), zfs)
+    opts.set("zfs_vdev_async_write_max_active", 1)
+    opts.set("zfs_txg_timeout", 7)
+    assert opts.entries() == ["zfs_vdev_async_write_max_active=1", "zfs_txg_timeout=7"]
+    for i in range(GVARS_COUNT - 2):
+        opts.set(f"zfs_x{i}", i)
+    with pytest.raises(ZfsobsError, match="at most 10"):
+        opts.set("zfs_one_more", 1)
+    opts.close()
