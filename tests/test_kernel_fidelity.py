@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.kernel, pytest.mark.skipif(bool(kernel_lab_ready()), r
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POOL = "zfsobs_klab"
 CACHE_SIZE = 16 << 20
-RUNS = ("fidelity", "tail", "slog", "noslog", "awq1", "awq10", "txgt5", "txgt1")
+RUNS = ("fidelity", "tail", "slog", "noslog", "awq1", "awq10", "awqset", "txgt5", "txgt1")
 
 
 @pytest.fixture(scope="module")
@@ -183,6 +183,27 @@ def test_async_write_active_depth_follows_its_max_active(out):
     high = report(out, "awq10")["vdev_queue"][POOL]["async_write"]
     assert low["max_active"] == [1] and high["max_active"] == [10]
     assert low["act_max"] == 1 and high["act_max"] > 2, (low["act_max"], high["act_max"])
+
+
+def test_a_sysfs_change_mid_run_is_a_tunable_event_and_the_queue_follows_it(out):
+    """An admin's `echo 1 > /sys/module/zfs/parameters/zfs_vdev_async_write_max_active` half-way
+    through a write load: the watcher's event at the time of the write, the probe's limit and
+    active maximum on each side of it, and report --compare saying the same."""
+    events = load_capture(out / "awqset.cap", "tunable")[2]
+    name = "zfs_vdev_async_write_max_active"
+    (change,) = [ev for ev in events if ev.get("name") == name and not ev.get("initial")]
+    assert (change.get("old"), change.get("new"), change.get("src"), change.get("pid")) == (10, 1, "sysfs", 0)
+    before = int((out / "awqset" / "set-before").read_text())
+    after = int((out / "awqset" / "set-after").read_text())
+    assert change.get("since") < after and before <= change.ts <= after + 2_000_000_000
+    res = subprocess.run([sys.executable, "-m", "zfsobs", "report", str(out / "awqset.cap"), "--compare",
+                          "--format", "json"], cwd=PROJECT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    (diff,) = json.loads(res.stdout)["changes"]
+    m = diff["metrics"][POOL]
+    assert (m["vq.async_write.max_active"]["before"]["mean"], m["vq.async_write.max_active"]["after"]["mean"]) == (10, 1)
+    top = m["vq.async_write.act_max"]
+    assert top["before"]["max"] > 2 and top["after"]["max"] == 1, top
 
 
 def test_a_shorter_txg_timeout_gives_more_and_shorter_syncs(out):
