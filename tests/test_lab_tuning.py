@@ -33,9 +33,9 @@ SEEN_WITHIN_NS = 1_500_000_000
 SET_RE = re.compile(r"set (\S+)=(\d+) between monotonic (\d+) and (\d+) ns")
 
 
-def scenario(tmp_path, name):
+def scenario(tmp_path, name, segment=SEGMENT):
     cap = tmp_path / f"{name}.cap"
-    res = subprocess.run([SCENARIO, name, "--segment", str(SEGMENT), "--out", str(cap), "--format", "json"],
+    res = subprocess.run([SCENARIO, name, "--segment", str(segment), "--out", str(cap), "--format", "json"],
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     sets = [(m[1], int(m[2]), int(m[3]), int(m[4])) for m in SET_RE.finditer(res.stderr)]
@@ -51,7 +51,8 @@ def max_active(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cache_max(tmp_path_factory):
-    return scenario(tmp_path_factory.mktemp("tuning"), "vdev-cache-max")
+    # ztest's cache-sized reads are sparse: a longer segment so that each has misses
+    return scenario(tmp_path_factory.mktemp("tuning"), "vdev-cache-max", segment=12)
 
 
 def changes(run, name):
