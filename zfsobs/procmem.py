@@ -31,14 +31,6 @@ def load_base(pid: int, path: str) -> int:
     raise Gone(pid)
 
 
-def maps_library(pid: int, path: str) -> bool:
-    try:
-        load_base(pid, path)
-    except (Gone, ZfsobsError):
-        return False
-    return True
-
-
 class ProcessGlobals:
     """One process's view of the library's globals; cheap to keep open and poll."""
 

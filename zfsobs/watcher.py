@@ -11,6 +11,7 @@ import os
 import time
 from typing import Callable
 
+from zfsobs.errors import ZfsobsError
 from zfsobs.events import format_line
 from zfsobs.procmem import Gone, ProcessGlobals, load_base
 from zfsobs.targets import Target
@@ -61,9 +62,7 @@ def library_pids(path: str, only: Callable[[int], bool] | None = None) -> list[i
         try:
             load_base(int(entry), path)
             found.append((_started(int(entry)), int(entry)))
-        except (Gone, OSError):
-            continue
-        except Exception:       # a process we may not read (ZfsobsError): not ours to watch
+        except (Gone, OSError, ZfsobsError):    # gone, or one we may not read: not ours to watch
             continue
     return [pid for _, pid in sorted(found)]
 
