@@ -27,6 +27,12 @@ REQUIRED: dict[str, tuple[str, ...]] = {
 }
 
 
+# Fields whose values are words; in a known kind every other field is an integer (or -1), so the
+# model may do arithmetic on it: a word where a number belongs makes the line malformed, not a
+# crash later. Unknown kinds pass as they are.
+WORD_FIELDS = frozenset({"pool", "path", "vd", "name", "src", "probe", "target"})
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
     kind: str
@@ -97,7 +103,12 @@ class Parser:
                 key, sep, text = token.partition("=")
                 if not sep or not key:
                     raise ValueError
-                fields[key] = _value(text)
+                value = _value(text)
+                if key in WORD_FIELDS:
+                    value = None if value is None else text
+                elif isinstance(value, str) and kind in REQUIRED:
+                    raise ValueError
+                fields[key] = value
             missing = [name for name in REQUIRED.get(kind, ()) if fields.get(name) is None]
             if missing:
                 raise ValueError

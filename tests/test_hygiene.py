@@ -1,0 +1,27 @@
+"""What zfsobs must never do, checked on its own text: run a probe with bpftrace's unsafe actions
+(system(), --unsafe), or execute anything a capture holds (pickle, eval, exec)."""
+from __future__ import annotations
+
+import pathlib
+import re
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PROBES = sorted((ROOT / "probes").rglob("*.bt")) + sorted((ROOT / "probes").rglob("*.btm"))
+CODE = sorted((ROOT / "zfsobs").rglob("*.py"))
+
+
+def test_probe_scripts_use_no_unsafe_action():
+    assert PROBES
+    for path in PROBES:
+        text = path.read_text()
+        for action in ("system(", "unsafe", "signal(", "override("):
+            assert action not in text, f"{path.name}: {action}"
+
+
+def test_no_code_runs_bpftrace_unsafe_or_executes_data():
+    assert CODE
+    for path in CODE:
+        text = path.read_text()
+        assert "--unsafe" not in text, path.name
+        for pattern in (r"\bpickle\b", r"\beval\(", r"\bexec\(", r"\bmarshal\b", r"yaml\.load\("):
+            assert not re.search(pattern, text), f"{path.name}: {pattern}"
