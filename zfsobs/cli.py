@@ -216,7 +216,7 @@ def _top(args) -> int:
             session.run(tick=args.interval)
     if session.reason and session.reason not in ("quit", "duration reached") and not session.reason.startswith("interrupted"):
         print(f"zfsobs: stopped: {session.reason}", file=sys.stderr)
-    return 0
+    return 1 if session.reason.startswith("bpftrace (") else 0
 
 
 def _zilstat(args) -> int:
@@ -275,7 +275,16 @@ def _record(args) -> int:
     print(f"zfsobs: recorded {session.pipeline.kept} events ({txgs} txgs, {parser.malformed} malformed, "
           f"{session.model.lost} lost) in {time.monotonic() - started:.1f} s to {args.record} "
           f"({session.capture.bytes} bytes); stopped: {session.reason}", file=sys.stderr)
-    return 0
+    return 1 if _probe_died(session) else 0
+
+
+def _probe_died(session) -> bool:
+    """A probe's bpftrace ended under the session (killed, crashed): the capture is closed and
+    valid, but the run is cut short, so the exit status says so."""
+    if session.reason.startswith("bpftrace ("):
+        print(f"zfsobs: error: {session.reason}", file=sys.stderr)
+        return True
+    return False
 
 
 def _replay(capture, args) -> int:
