@@ -120,3 +120,13 @@ def test_doctor_runs():
     res = run("doctor")
     assert "Traceback" not in res.stderr and "verdict:" in res.stdout
     assert res.returncode in (0, 1)
+
+
+def test_bpftrace_too_old(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the root check comes first)")
+    fake = tmp_path / "bpftrace"             # answers --version like Debian 11's bpftrace
+    fake.write_text("#!/bin/sh\necho bpftrace v0.11.3\n")
+    fake.chmod(0o755)
+    res = run("top", "--target", "libzpool", env=dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}"))
+    one_line_error(res, "is bpftrace v0.11.3; the probes need 0.17 or newer")

@@ -39,6 +39,11 @@ if os.path.exists("/sys/kernel/btf/vmlinux"):
     _BPFTRACE_ENV.setdefault("BPFTRACE_BTF", "/sys/kernel/btf/vmlinux")
 
 
+# The oldest bpftrace the probes are tested with (Debian 12's); older ones lack what they use
+# (while loops, reg("ip") in uprobes, the casts and printf widths), and fail in ways that read badly.
+MIN_BPFTRACE = (0, 17)
+
+
 def _child_setup() -> None:
     """In the bpftrace child: die with zfsobs (even on SIGKILL), and allow BPF map memory."""
     die_with_parent()
@@ -55,6 +60,11 @@ def check_tracing() -> str:
     path = shutil.which("bpftrace")
     if not path:
         raise ZfsobsError("bpftrace not found: install it (./scripts/setup, or apt-get install bpftrace)")
+    version = bpftrace_version(path)
+    found = re.match(r"v?(\d+)\.(\d+)", version)
+    if found and (int(found[1]), int(found[2])) < MIN_BPFTRACE:
+        raise ZfsobsError(f"{path} is bpftrace {version}; the probes need {'.'.join(map(str, MIN_BPFTRACE))} "
+                          "or newer (Debian 12 ships 0.17: apt-get install bpftrace)")
     if not os.path.exists("/sys/kernel/tracing/uprobe_events") and os.path.isdir("/sys/kernel/tracing"):
         # Without tracefs bpftrace cannot detach cleanly; mounting it is harmless.
         subprocess.run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"],
