@@ -130,3 +130,5 @@ def test_bpftrace_too_old(tmp_path):
     fake.chmod(0o755)
     res = run("top", "--target", "libzpool", env=dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}"))
     one_line_error(res, "is bpftrace v0.11.3; the probes need 0.17 or newer")
+    doctor = run("doctor", env=dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}"))
+    assert "the probes need 0.17 or newer (Debian 12 ships 0.17: apt-get install bpftrace)" in doctor.stdout

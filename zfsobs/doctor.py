@@ -10,7 +10,7 @@ from zfsobs.errors import FeatureAbsent, ZfsobsError
 from zfsobs.lab import BUILDS
 from zfsobs.model.vdev_cache import ENABLE_HINT
 from zfsobs.probes import offsets_origin, available, render
-from zfsobs.source import bpftrace_version
+from zfsobs.source import bpftrace_version, too_old
 from zfsobs.targets import Target, find_libraries, kernel, libzpool
 
 OK, WARN, BAD = "ok", "warn", "FAIL"
@@ -23,8 +23,11 @@ def checks() -> tuple[list[tuple[str, str, str]], bool]:
     rows.append((OK if root else BAD, "root / BPF", "running as root" if root else
                  "not root: BPF tracing needs root (run with sudo); see docs for the kstat mode"))
     bpftrace = shutil.which("bpftrace")
-    rows.append((OK if bpftrace else BAD, "bpftrace",
-                 bpftrace_version(bpftrace) if bpftrace else "not installed: ./scripts/setup or apt-get install bpftrace"))
+    version = bpftrace_version(bpftrace) if bpftrace else ""
+    old = too_old(bpftrace, version) if bpftrace else ""
+    rows.append((BAD if old or not bpftrace else OK, "bpftrace",
+                 old or version or "not installed: ./scripts/setup or apt-get install bpftrace"))
+    bpftrace = bpftrace if not old else None
     rows.append((OK if os.path.exists("/sys/kernel/btf/vmlinux") else WARN, "kernel BTF",
                  "/sys/kernel/btf/vmlinux" if os.path.exists("/sys/kernel/btf/vmlinux") else "absent"))
     uprobes = os.path.exists("/sys/bus/event_source/devices/uprobe")

@@ -60,16 +60,23 @@ def check_tracing() -> str:
     path = shutil.which("bpftrace")
     if not path:
         raise ZfsobsError("bpftrace not found: install it (./scripts/setup, or apt-get install bpftrace)")
-    version = bpftrace_version(path)
-    found = re.match(r"v?(\d+)\.(\d+)", version)
-    if found and (int(found[1]), int(found[2])) < MIN_BPFTRACE:
-        raise ZfsobsError(f"{path} is bpftrace {version}; the probes need {'.'.join(map(str, MIN_BPFTRACE))} "
-                          "or newer (Debian 12 ships 0.17: apt-get install bpftrace)")
+    old = too_old(path, bpftrace_version(path))
+    if old:
+        raise ZfsobsError(old)
     if not os.path.exists("/sys/kernel/tracing/uprobe_events") and os.path.isdir("/sys/kernel/tracing"):
         # Without tracefs bpftrace cannot detach cleanly; mounting it is harmless.
         subprocess.run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"],
                        capture_output=True, check=False)
     return path
+
+
+def too_old(path: str, version: str) -> str:
+    """Why this bpftrace cannot run the probes ('' if it can, or if its version is unreadable)."""
+    found = re.match(r"v?(\d+)\.(\d+)", version)
+    if found and (int(found[1]), int(found[2])) < MIN_BPFTRACE:
+        return (f"{path} is bpftrace {version}; the probes need {'.'.join(map(str, MIN_BPFTRACE))} "
+                "or newer (Debian 12 ships 0.17: apt-get install bpftrace)")
+    return ""
 
 
 def bpftrace_version(path: str) -> str:
