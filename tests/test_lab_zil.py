@@ -79,9 +79,10 @@ def test_commits_equal_tx_commit_itxs_counted_independently(run):
     truth_commits = sum(1 for p in run["truth"] if p[0] == "C")
     ours = totals(run["data"])["commits"]
     assert ours == commit_itxs
-    # The truth's own zil_commit return probe can miss a return under load (seen once in CI on
-    # kernel 6.18: 120 of 124, while its TX_COMMIT itx count, from entry probes, had all 124)
-    assert 0 <= ours - truth_commits <= max(2, 0.05 * ours), (ours, commit_itxs, truth_commits)
+    # The truth's own zil_commit return probe can miss returns under load (kernel 6.18 in CI:
+    # 120 of 124, and 127 of 134, while its TX_COMMIT itx count, from entry probes, had them all):
+    # this only bounds how often, the exact check is the one above
+    assert 0 <= ours - truth_commits <= max(2, 0.1 * ours), (ours, commit_itxs, truth_commits)
 
 
 def test_itxs_by_type_equal_the_independent_count(run):
