@@ -22,21 +22,23 @@ pytestmark = [pytest.mark.lab, pytest.mark.skipif(bool(lab_ready()), reason=lab_
 ZFSOBS = [sys.executable, "-m", "zfsobs"]
 LAB_SECONDS = 25
 # Ground truth, written independently of probes/linux/zil.bt: TX_COMMIT markers and every itx as
-# zil_itx_create() makes them (no zilog there: pid only), commits timed at the outer zil_commit(),
-# log blocks with the 2.1.11 lwb layout of ../shared/reference/probe-map.md section 6, and txg
+# zil_itx_create() makes them (no zilog there: pid only), commits timed at the outer zil_commit()
+# and, inside it, at the zil_commit_impl() call it makes (0 if it returned early), log blocks with the 2.1.11 lwb layout of ../shared/reference/probe-map.md section 6, and txg
 # births (spa_txg_history_add) for the attribution rule. Per-event output is fine for a test.
 TRUTH = r"""
 uprobe:LIB:zil_itx_create { printf("I %d %llu\n", pid, arg0 & 0xffff); }
-uprobe:LIB:zil_commit { @s[tid] = nsecs; @z[tid] = arg0; }
+uprobe:LIB:zil_commit { @s[tid] = nsecs; @z[tid] = arg0; @in[tid] = 0; }
+uprobe:LIB:zil_commit_impl /@s[tid]/ { @i[tid] = nsecs; }
+uretprobe:LIB:zil_commit_impl /@i[tid]/ { @in[tid] = nsecs - @i[tid]; delete(@i[tid]); }
 uretprobe:LIB:zil_commit /@s[tid]/ {
     $zilog = @z[tid];
     $spa = *(uint64 *)($zilog + 56);
-    printf("C %d %s %llu %llu\n", pid, str($spa), nsecs, nsecs - @s[tid]);
-    delete(@s[tid]); delete(@z[tid]); }
+    printf("C %d %s %llu %llu %llu\n", pid, str($spa), nsecs, nsecs - @s[tid], @in[tid]);
+    delete(@s[tid]); delete(@z[tid]); delete(@in[tid]); }
 uprobe:LIB:zil_lwb_add_block /arg1 == arg0 + 8/ {
     printf("L %d %u %u\n", pid, *(uint32 *)(arg0 + 144), *(uint32 *)(arg0 + 148)); }
 uprobe:LIB:spa_txg_history_add { printf("B %d %s %llu %llu\n", pid, str(arg0), arg1, nsecs); }
-END { clear(@s); clear(@z); }
+END { clear(@s); clear(@z); clear(@i); clear(@in); }
 """
 
 
@@ -107,34 +109,38 @@ def test_log_blocks_bytes_and_size_bins_equal_the_independent_count(run):
                                                                         ("lwb_le4k", "lwb_4to32k", "lwb_ge32k")}
 
 
-def test_latency_histogram_counts_every_commit_and_matches_the_outer_timing(run):
+def test_latency_histogram_counts_every_commit_and_matches_the_independent_timing(run):
     data = run["data"]
     hist_total = sum(b["count"] for st in data["summary"]["zil"].values() for b in st["lat_hist"])
     assert hist_total == totals(data)["commits"]
     for r in data["zil"]:
         assert (r["lat_p50_ns"] is None) == (r["commits"] == 0)
-    truth = sorted(int(p[4]) for p in run["truth"] if p[0] == "C")
+    commits = [(int(p[4]), int(p[5])) for p in run["truth"] if p[0] == "C"]
+    # the inner call sits inside the outer one; the outer adds a call and two uprobe traps, or a
+    # scheduler slice when the thread is preempted between the two (2 cores, ~20 ztest threads)
+    assert all(inner <= outer for outer, inner in commits)
+    truth = sorted(inner for _, inner in commits if inner)
     ours_sum = totals(data)["lat_ns"]
-    # returns the truth's probe missed (see above): each may hide up to the longest commit
+    # commits the truth missed (a lost return, see above): each may hide up to the longest one
     missed = totals(data)["commits"] - len(truth)
+    assert 0 <= missed <= max(2, 0.15 * len(truth))
     longest = max(st["lat_max_ns"] or 0 for st in data["summary"]["zil"].values())
-    # zil_commit() wraps zil_commit_impl(): the outer timing is longer by a call and a uprobe trap
-    assert -missed * longest <= sum(truth) - ours_sum <= 0.02 * sum(truth) + 30_000 * len(truth)
+    # Both time the same call from the same traps; whichever probe runs second on the return trap
+    # sees the other's work (our return probe flushes: tens of us), hence the per-commit slack.
+    assert -missed * longest - 30_000 * len(truth) <= sum(truth) - ours_sum <= 0.01 * sum(truth) + 30_000 * len(truth)
     ours_hist = Counter()
     for st in data["summary"]["zil"].values():
         for b in st["lat_hist"]:
             ours_hist[lat_bucket(b["low_ns"])] += b["count"]
-    # The outer timing adds the uprobe traps and our own return probe (a flush there takes tens of
-    # us): ours may only be faster than the truth, by at most 2x + 50 us. A thread preempted between
-    # the outer and inner probes (2 cores shared with ztest's ~20 threads) stretches only the outer
-    # timing, by a scheduler slice: CI saw one such commit in 180, so 2% may be that much faster.
-    preempted = 1 + len(truth) // 50
+    # Per commit the slack is larger (a flush can stall on a page fault): 100 us either side, and
+    # 1% of commits beyond it (a CI run measured 7.5 us per commit on average)
+    slack, outliers = 100_000, 1 + len(truth) // 100
     ours_cum = 0
     for i in range(LAT_BUCKETS):
         low, high = lat_bounds(i)
         ours_cum += ours_hist[i]
-        assert ours_cum >= bisect.bisect_left(truth, low), (i, ours_hist)
-        assert ours_cum <= bisect.bisect_left(truth, 2 * high + 50_000) + missed + preempted, (i, ours_hist)
+        assert ours_cum + outliers >= bisect.bisect_left(truth, low - slack), (i, ours_hist)
+        assert ours_cum <= bisect.bisect_left(truth, high + slack) + missed + outliers, (i, ours_hist)
 
 
 def test_commits_count_to_the_txg_open_when_they_returned(run):
