@@ -17,6 +17,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from zfsobs.errors import ZfsobsError
+from zfsobs.signals import whole
 
 FORMAT_NAME = "zfsobs-capture"
 FORMAT_VERSION = 1
@@ -65,22 +66,25 @@ class CaptureWriter:
         self._last = time.monotonic()
         if not self._buf:
             return
-        payload = ("\n".join(self._buf) + "\n").encode()
-        count = len(self._buf)
-        self._buf, self._size = [], 0
-        self._record(b"E", payload)
-        self.lines += count
+        # whole: a SIGTERM between the write and emptying the buffer would lose or repeat lines
+        with whole():
+            payload = ("\n".join(self._buf) + "\n").encode()
+            count = len(self._buf)
+            self._buf, self._size = [], 0
+            self._record(b"E", payload)
+            self.lines += count
 
     def close(self, trailer: dict) -> None:
         if self._fd is None:
             return
-        try:
-            self.flush()
-            self._record(b"T", json.dumps(dict(trailer, lines=self.lines)).encode())
-            os.fsync(self._fd)
-        finally:
-            os.close(self._fd)
-            self._fd = None
+        with whole():
+            try:
+                self.flush()
+                self._record(b"T", json.dumps(dict(trailer, lines=self.lines)).encode())
+                os.fsync(self._fd)
+            finally:
+                os.close(self._fd)
+                self._fd = None
 
     def abandon(self) -> None:
         """Close without a trailer (after a write error): what was written stays readable."""

@@ -303,7 +303,7 @@ def _replay(capture, args) -> int:
 
 def _kernel_lab(args) -> int:
     from zfsobs.kernel_lab import DEFAULT_TIMEOUT, KernelLab
-    from zfsobs.session import Terminated, raise_on_termination
+    from zfsobs.signals import Terminated, raise_on_termination
     given = [f for f, v in (("--duration", args.duration), ("--zfs", args.zfs)) if v]
     if given:
         raise ZfsobsError(f"lab --kernel does not take {', '.join(given)} (userland lab only)")
@@ -326,7 +326,7 @@ def _lab(args) -> int:
     if given:
         raise ZfsobsError(f"lab: {', '.join(given)}: only with --kernel")
     from zfsobs.lab import Lab
-    from zfsobs.session import Terminated, raise_on_termination
+    from zfsobs.signals import Terminated, raise_on_termination
     raise_on_termination()
     lab = Lab(duration=args.duration, options=args.option, preset=args.workload or "default", zfs=args.zfs)
     try:

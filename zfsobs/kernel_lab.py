@@ -25,7 +25,7 @@ from zfsobs.errors import ZfsobsError
 from zfsobs.kernel_guest import (BUILDER, POOL, PROJECT, ensure_image, parse_layout, parse_module_options,
                                  parse_size, parse_workload, probe_accel, setup_script)
 from zfsobs.procs import die_with_parent
-from zfsobs.session import Terminated
+from zfsobs.signals import Terminated
 
 AGENT = PROJECT / "scripts" / "kernel-lab-guest"
 QEMU = "qemu-system-x86_64"

@@ -14,24 +14,11 @@ from zfsobs.errors import ZfsobsError
 from zfsobs.lab import Lab
 from zfsobs.model import Model
 from zfsobs.pipeline import Pipeline
+from zfsobs.signals import Terminated, raise_on_termination, restore_defaults
 from zfsobs.source import DEFAULT_PROBES, BpftraceSource
 from zfsobs.targets import resolve
 from zfsobs.views.status import Status
 from zfsobs.watcher import watcher_for
-
-
-class Terminated(Exception):
-    """SIGTERM / SIGHUP: leave the loop like Ctrl-C so every cleanup runs."""
-
-
-def _raise_terminated(signum, frame):
-    raise Terminated(signal.Signals(signum).name)
-
-
-def raise_on_termination() -> None:
-    """SIGTERM and SIGHUP raise Terminated, so `finally` blocks and context exits run."""
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _raise_terminated)
 
 
 class Session:
@@ -175,6 +162,4 @@ class Session:
                 signal.signal(sig, signal.SIG_IGN)
             self.stack.close()
         finally:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            for sig in (signal.SIGTERM, signal.SIGHUP):
-                signal.signal(sig, signal.SIG_DFL)
+            restore_defaults()
