@@ -1,16 +1,21 @@
-"""Faults during a real lab recording: a probe's bpftrace killed under zfsobs. The capture must be
-closed and valid up to that moment, the exit status non-zero with a one-line reason, and nothing
-of the probes left behind: no bpftrace process, no BPF program attached to the library."""
+"""Faults and exits of a real lab recording. A probe's bpftrace killed under zfsobs: the capture is
+closed and valid up to that moment, the exit status non-zero with a one-line reason. SIGINT,
+SIGTERM or the lab ending: an independent bpftrace saw no txg synced before the stop that the
+capture lacks. Every way out leaves nothing behind: no bpftrace, no BPF program on the library,
+no lab process or files, no rendered probe scripts. (SIGKILL of zfsobs: tests/test_lab_txg.py.)"""
 from __future__ import annotations
 
+import glob
+import os
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import pytest
 
-from conftest import lab_ready
+from conftest import lab_ready, truth_running
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser, parse_all
 from zfsobs.targets import libzpool
@@ -51,7 +56,66 @@ def test_a_probe_killed_mid_record_ends_the_capture_cleanly(tmp_path):
     txgs = [ev for ev in events if ev.kind == "txg"]
     assert txgs and all(ev.ts < killed_at for ev in txgs)
     # nothing left: the other probes' bpftrace stopped, no BPF program on the library
-    time.sleep(2)
+    assert_nothing_left(read_capture(str(cap)).meta)
+
+
+def assert_nothing_left(meta: dict) -> None:
+    """No trace of a finished session: its bpftrace, BPF programs, lab processes and files."""
+    deadline = time.time() + 20      # bpftrace may take seconds to detach its uprobes
+    while any(probe_pids(n) for n in ("txg", "zil", "vdev_queue", "vdev_cache")) and time.time() < deadline:
+        time.sleep(0.5)
     assert not any(probe_pids(n) for n in ("txg", "zil", "vdev_queue", "vdev_cache"))
     perf = subprocess.run(["bpftool", "perf", "list"], capture_output=True, text=True).stdout
     assert libzpool().path not in perf, perf
+    if os.path.exists("/sys/kernel/tracing/uprobe_events"):
+        with open("/sys/kernel/tracing/uprobe_events") as f:
+            assert "libzpool" not in f.read()
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert f"-p {meta['lab']['pool']}" not in ps, ps
+    assert not os.path.exists(meta["lab"]["dir"])
+    assert not glob.glob("/tmp/zfsobs-probes-*")
+
+
+# The synced state of each txg, as ZFS records it for the txgs kstat, timed by this bpftrace.
+SYNCED = r"""
+uprobe:LIB:spa_txg_history_set /arg2 == 4/ { printf("S %d %s %llu %llu\n", pid, str(arg0), arg1, nsecs); }
+"""
+
+
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM", "lab-end"])
+def test_every_way_out_keeps_every_txg_and_leaves_nothing_behind(tmp_path, stop):
+    cap = tmp_path / "out.cap"
+    args = ["record", "--lab", "-O", str(cap)] + (["--lab-time", "20"] if stop == "lab-end" else [])
+    with truth_running(tmp_path, SYNCED, libzpool().path):
+        proc = subprocess.Popen(ZFSOBS + args, stderr=subprocess.PIPE, text=True)
+        try:
+            if stop == "lab-end":
+                _, err = proc.communicate(timeout=240)
+                stopped_at = time.monotonic_ns()
+            else:
+                deadline = time.time() + 180
+                while not (cap.exists() and cap.stat().st_size > 4000):
+                    assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-2000:]
+                    time.sleep(0.5)
+                time.sleep(15)                         # well into ztest's test pass (docs/lab.md)
+                stopped_at = time.monotonic_ns()
+                proc.send_signal(getattr(signal, stop))
+                _, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 0 and "Traceback" not in err, err[-2000:]
+    captured = read_capture(str(cap))
+    reason = {"SIGINT": "interrupted (SIGINT)", "SIGTERM": "terminated (SIGTERM)",
+              "lab-end": "the lab's ztest run ended"}[stop]
+    assert not captured.warnings and captured.trailer["reason"] == reason, (captured.warnings, captured.trailer)
+    assert os.stat(cap).st_mode & 0o777 == 0o600
+    ours = Counter((ev.fields["pid"], ev.fields["pool"], ev.fields["txg"])
+                   for ev in parse_all(captured.lines, Parser()) if ev.kind == "txg")
+    pids = {pid for pid, _, _ in ours}
+    truth = Counter((int(p[1]), p[2], int(p[3])) for p in
+                    (l.split() for l in (tmp_path / "truth.out").read_text().splitlines())
+                    if p[:1] == ["S"] and int(p[1]) in pids and int(p[4]) < stopped_at)
+    assert sum(truth.values()) >= 50 and not truth - ours, (sum(truth.values()), list((truth - ours).items())[:5])
+    assert_nothing_left(captured.meta)

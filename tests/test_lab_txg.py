@@ -189,3 +189,10 @@ def test_a_capture_killed_with_sigkill_stays_readable(tmp_path):
     assert "zfsobs-probes-" not in ps, ps
     # the lab's ztest (its pass child has no arguments and ends with its pass, see docs/lab.md)
     assert not [l for l in ps.splitlines() if f"-p zfsobs_lab_{proc.pid}" in l], ps
+    perf = subprocess.run(["bpftool", "perf", "list"], capture_output=True, text=True).stdout
+    assert libzpool().path not in perf, perf
+    # no cleanup of ours outlives SIGKILL: the next lab removes the files this one left
+    left = captured.meta["lab"]["dir"]
+    assert os.path.isdir(left)
+    res = subprocess.run(ZFSOBS + ["lab", "--duration", "1"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and not os.path.exists(left), res.stderr

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 
 from zfsobs.errors import ZfsobsError
-from zfsobs.procs import die_with_parent
+from zfsobs.procs import die_with_parent, remove_stale
 from zfsobs.targets import Target, libzpool, linked_library
 
 ZTEST = "/usr/sbin/ztest"
@@ -55,20 +55,6 @@ def _workroot() -> str:
         if os.access(root, os.W_OK) and st.f_bavail * st.f_frsize >= 3 << 30:
             return root
     raise ZfsobsError("the lab needs 3 GiB free in /dev/shm or /var/tmp for its file vdevs")
-
-
-def _remove_stale(root: str) -> None:
-    """Lab directories whose zfsobs died by SIGKILL are removed by the next lab."""
-    for name in os.listdir(root):
-        if not name.startswith(PREFIX):
-            continue
-        try:
-            owner = int(name[len(PREFIX):].split("-")[0])
-            os.kill(owner, 0)
-        except ProcessLookupError:
-            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-        except (ValueError, PermissionError):
-            continue
 
 
 def _build(zfs: str | None) -> Build:
@@ -118,7 +104,7 @@ class Lab:
 
     def start(self) -> "Lab":
         root = _workroot()
-        _remove_stale(root)
+        remove_stale(root, PREFIX)
         self.dir = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=root)
         libdir = os.path.join(self.dir, "lib")
         vdevs = os.path.join(self.dir, "vdevs")

@@ -18,7 +18,7 @@ from zfsobs import __version__
 from zfsobs.errors import ZfsobsError
 from zfsobs.events import format_line
 from zfsobs.probes import Rendered, render
-from zfsobs.procs import die_with_parent
+from zfsobs.procs import die_with_parent, remove_stale
 from zfsobs.targets import Target
 
 _LOST_RE = re.compile(r"^Lost (\d+) events")
@@ -42,6 +42,7 @@ if os.path.exists("/sys/kernel/btf/vmlinux"):
 # The oldest bpftrace the probes are tested with (Debian 12's); older ones lack what they use
 # (while loops, reg("ip") in uprobes, the casts and printf widths), and fail in ways that read badly.
 MIN_BPFTRACE = (0, 17)
+PREFIX = "zfsobs-probes-"   # the rendered scripts' temp directory, removed once bpftrace has read them
 
 
 def _child_setup() -> None:
@@ -130,7 +131,8 @@ class BpftraceSource:
         self.ended = ""           # why the source stopped, once it has
 
     def start(self) -> "BpftraceSource":
-        self._dir = tempfile.mkdtemp(prefix="zfsobs-probes-")
+        remove_stale(tempfile.gettempdir(), PREFIX)
+        self._dir = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")
         for r in self.rendered:
             path = os.path.join(self._dir, r.name + ".bt")
             with open(path, "w") as f:
@@ -173,6 +175,8 @@ class BpftraceSource:
         for line in lines:
             if " hello " in line:
                 self._attached.update(n for n in self.meta["probes"] if f"probe={n} " in line + " ")
+        if self.attached:
+            self._remove_dir()      # bpftrace has compiled them: nothing for a SIGKILL to leave
         self._check_children()
         return lines
 
@@ -257,6 +261,9 @@ class BpftraceSource:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+        self._remove_dir()
+
+    def _remove_dir(self) -> None:
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = ""
