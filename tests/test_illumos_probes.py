@@ -1,0 +1,133 @@
+"""The D scripts for illumos (probes/illumos/*.d), checked statically: no illumos and no D compiler
+here (docs/illumos.md lists what is and is not verified). Each script prints the same event kinds
+and fields as its Linux twin, in the schema; every fbt function, sdt probe, struct member and
+kernel global it names is in probes/illumos/facts.json, read from the illumos ZFS sources by
+scripts/illumos-facts; and the text passes tests/dlint.py's checks."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import dlint  # noqa: E402
+
+from zfsobs import probes  # noqa: E402
+from zfsobs.events import REQUIRED, WORD_FIELDS  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+D_DIR = ROOT / "probes" / "illumos"
+NAMES = ("txg", "zil", "vdev_queue", "vdev_cache")
+FACTS = json.loads((D_DIR / "facts.json").read_text())
+MIRROR = "/work/.mirror/openzfs+openzfs/repo"     # where `fetch` puts openzfs/openzfs on these machines
+
+
+def d_text(name: str) -> str:
+    return (D_DIR / f"{name}.d").read_text()
+
+
+def test_every_linux_probe_has_a_d_twin():
+    assert sorted(p.stem for p in D_DIR.glob("*.d")) == sorted(probes.available()) == sorted(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_same_kinds_and_fields_as_the_bt_twin(name):
+    assert dlint.events(d_text(name)) == dlint.events(probes.source(name))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_lines_fit_the_schema(name):
+    for kind, lines in dlint.formats(d_text(name)).items():
+        for line in lines:
+            fields = dict(tok.split("=", 1) for tok in line.split()[4:])
+            assert set(REQUIRED.get(kind, ())) <= set(fields), (kind, line)
+            assert dlint.conversions(line.split()[3]) in (["d"], ["@"]), f"{kind}: ts_ns must be an integer"
+            for key, value in fields.items():
+                conv = dlint.conversions(value)
+                if key in WORD_FIELDS:
+                    assert conv in ([], ["s"], ["x"]) or value.startswith("0x"), (kind, key, value)
+                else:
+                    assert conv in ([], ["d"], ["@"]) and (conv or re.fullmatch(r"-?\d+", value)), (kind, key, value)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_d_text_passes_the_static_checks(name):
+    script = dlint.parse(d_text(name))
+    assert script.problems == []
+    assert script.clauses and all(c.probes for c in script.clauses)
+    assert "#pragma D option quiet" in script.pragmas     # unquiet dtrace prefixes every line
+
+
+@pytest.mark.parametrize("broken, problem", [
+    (lambda t: t.replace("self->start, self->sync_ns,", "self->start,", 1), "printf has"),
+    (lambda t: t.replace("this->t3 = txg_syncing", "this->t9 = txg_syncing", 1), "this->t3 is read but never set"),
+    (lambda t: t.replace("sdt:::txg-opened\n{", "sdt:txg-opened\n{", 1), "bad probe description"),
+    (lambda t: t.replace("#pragma D option quiet", "#pragma D option quite", 1), "unknown pragma"),
+    (lambda t: t + "\n// note\n", "// comment"),
+    (lambda t: t.replace("txg_birth[arg0, arg1] = timestamp;", "txg_birth[arg0, arg1] = timestamp", 1), "no ;"),
+])
+def test_the_checker_catches_breakage(broken, problem):
+    assert any(problem in p for p in dlint.parse(broken(d_text("txg"))).problems)
+
+
+def test_the_checker_catches_a_printa_mismatch():
+    text = d_text("vdev_cache").replace("@vdecl, @vdb, @vsize", "@vdecl, @vsize", 1)
+    assert any("printa has" in p for p in dlint.parse(text).problems)
+
+
+def used_names(text: str) -> dict[str, set[str]]:
+    """What the code (not the comments) names: fbt functions, sdt probes, members, globals."""
+    code = dlint.strip_comments(text)
+    script = dlint.parse(text)
+    probes_used = {p for c in script.clauses for p in c.probes}
+    code = re.sub(r'"(?:[^"\\]|\\.)*"', '""', code)
+    return {
+        "probes": probes_used,
+        "members": set(re.findall(r"(?<!self)(?<!this)->(\w+)", code)) | set(re.findall(r"(?<=[\w\])])\.(\w+)", code)),
+        "globals": set(re.findall(r"`(\w+)", code)),
+    }
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_name_a_script_uses_is_in_its_header_and_in_illumos_zfs(name):
+    text = d_text(name)
+    used = used_names(text)
+    listed = {k: set(probes._header_list(text, h)) for k, h in
+              (("probes", "Probes"), ("members", "Members"), ("globals", "Globals"), ("requires", "Requires"))}
+    kernel_probes = {p for p in used["probes"] if p.split(":")[0] in ("fbt", "sdt")}
+    assert kernel_probes == listed["probes"]
+    assert listed["requires"] <= listed["probes"]
+    assert used["members"] == {m.split(".")[1] for m in listed["members"]}
+    assert used["globals"] == listed["globals"]
+    for probe in listed["probes"]:
+        provider, _, function, pname = probe.split(":")
+        assert (function in FACTS["functions"]) if provider == "fbt" else (pname in FACTS["sdt"]), probe
+    assert listed["members"] <= set(FACTS["members"])
+    assert listed["globals"] <= set(FACTS["globals"])
+
+
+def test_facts_file_is_small_complete_and_sourced():
+    assert FACTS["missing"] == []
+    assert re.fullmatch(r"[0-9a-f]{40}", FACTS["source"]["commit"])
+    assert (D_DIR / "facts.json").stat().st_size < 8000
+    counts = {k: len(FACTS[k]) for k in ("functions", "sdt", "members", "globals")}
+    assert counts == {"functions": 12, "sdt": 5, "members": 26, "globals": 18}
+
+
+@pytest.mark.skipif(not os.path.isdir(MIRROR), reason=f"no openzfs/openzfs mirror at {MIRROR} (fetch it to run)")
+def test_facts_script_regenerates_the_committed_file(tmp_path):
+    out = tmp_path / "facts.json"
+    done = subprocess.run([str(ROOT / "scripts" / "illumos-facts"), MIRROR, FACTS["source"]["commit"]],
+                          env=dict(os.environ, ZFSOBS_FACTS_OUT=str(out)), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text()) == FACTS
+
+
+def test_facts_script_bad_input_is_one_line(tmp_path):
+    done = subprocess.run([str(ROOT / "scripts" / "illumos-facts"), str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode != 0 and len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
