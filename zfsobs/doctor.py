@@ -6,8 +6,10 @@ import os
 import platform
 import shutil
 
+from zfsobs import doctor_dtrace
 from zfsobs.errors import FeatureAbsent, ZfsobsError
 from zfsobs.lab import BUILDS
+from zfsobs.platforms import uses_dtrace
 from zfsobs.model.vdev_cache import ENABLE_HINT
 from zfsobs.probes import offsets_origin, available, render
 from zfsobs.source import bpftrace_version, too_old
@@ -18,6 +20,8 @@ OK, WARN, BAD = "ok", "warn", "FAIL"
 
 def checks() -> tuple[list[tuple[str, str, str]], bool]:
     """(status, what, detail) rows, and whether anything can be traced."""
+    if uses_dtrace():     # illumos / FreeBSD (docs/illumos.md)
+        return doctor_dtrace.checks()
     rows = []
     root = os.geteuid() == 0
     rows.append((OK if root else BAD, "root / BPF", "running as root" if root else

@@ -15,7 +15,8 @@ from zfsobs.lab import Lab
 from zfsobs.model import Model
 from zfsobs.pipeline import Pipeline
 from zfsobs.signals import Terminated, raise_on_termination, restore_defaults
-from zfsobs.source import DEFAULT_PROBES, BpftraceSource
+from zfsobs.dtrace_source import make_source
+from zfsobs.source import DEFAULT_PROBES
 from zfsobs.targets import resolve
 from zfsobs.views.status import Status
 from zfsobs.watcher import watcher_for
@@ -56,7 +57,7 @@ class Session:
                 raise ZfsobsError("-o NAME=VALUE, --workload, --lab-time and --zfs are for the lab only (use --lab); "
                                   "zfsobs never writes tunables of a real system")
             target = resolve(args.target)
-        self.source = BpftraceSource(target, self.probes, tunables)
+        self.source = make_source(target, self.probes, tunables, getattr(args, "pool", None))
         self.status = Status(self.source.meta)
         self.status.warnings.extend(f"{name} unavailable: {why}" for name, why in self.source.unavailable.items())
         self.model = Model()

@@ -137,7 +137,7 @@ class BpftraceSource:
             path = os.path.join(self._dir, r.name + ".bt")
             with open(path, "w") as f:
                 f.write(r.text)
-            proc = subprocess.Popen([self.bpftrace, path], stdout=subprocess.PIPE, env=_BPFTRACE_ENV,
+            proc = subprocess.Popen(self.command(path), stdout=subprocess.PIPE, env=_BPFTRACE_ENV,
                                     stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
                                     bufsize=1, preexec_fn=_child_setup, start_new_session=True)
             self._procs.append((r.name, proc))
@@ -148,6 +148,10 @@ class BpftraceSource:
                 self._pumps.append(pump)
         self._started = time.monotonic()
         return self
+
+    def command(self, path: str) -> list[str]:
+        """How one probe script runs (DtraceSource runs dtrace instead)."""
+        return [self.bpftrace, path]
 
     def _pump(self, name: str, stream, is_err: bool) -> None:
         for line in stream:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import glob
 import os
+import platform
 import re
 import struct
 import subprocess
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
 from zfsobs.errors import ZfsobsError
+from zfsobs.platforms import uses_dtrace
 
 LIB_GLOBS = ("/lib/x86_64-linux-gnu/libzpool.so.*", "/usr/lib/x86_64-linux-gnu/libzpool.so.*",
              "/usr/lib/libzpool.so.*", "/usr/local/lib/libzpool.so.*", "/lib64/libzpool.so.*")
@@ -209,13 +211,21 @@ def libzpool(path: str | None = None) -> Target:
                               "or name one with --target /path/to/libzpool.so")
         path = libs[-1]
     real = os.path.realpath(path)
+    if os.path.isdir(real):
+        raise ZfsobsError(f"{path}: is a directory; --target names a libzpool.so file")
     if not os.path.isfile(real):
         raise ZfsobsError(f"{path}: no such library")
     version, build_id = library_identity(real)
-    return Target("libzpool", real, version, build_id)
+    target = Target("libzpool", real, version, build_id)
+    if "spa_sync" not in target.functions:     # every OpenZFS has it; without it this is not ZFS
+        raise ZfsobsError(f"{path}: not a libzpool (no spa_sync); --target takes kernel, libzpool, "
+                          "or the path of a libzpool.so")
+    return target
 
 
 def kernel() -> Target:
+    if uses_dtrace():     # illumos / FreeBSD: dtrace traces the kernel's ZFS (docs/illumos.md)
+        return Target("kernel", "", platform.release(), "")
     if not os.path.isdir("/sys/module/zfs"):
         raise ZfsobsError("the zfs kernel module is not loaded here (try --lab for the userland lab, "
                           "or `zfsobs lab --kernel`)")
@@ -230,7 +240,7 @@ def kernel() -> Target:
 def resolve(spec: str | None) -> Target:
     """--target: 'kernel', 'libzpool', 'libzpool:PATH' or a library path; default: kernel if loaded."""
     if spec in (None, "", "auto"):
-        return kernel() if os.path.isdir("/sys/module/zfs") else libzpool()
+        return kernel() if os.path.isdir("/sys/module/zfs") or uses_dtrace() else libzpool()
     if spec == "kernel":
         return kernel()
     if spec == "libzpool":

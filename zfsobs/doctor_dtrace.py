@@ -1,0 +1,55 @@
+"""`zfsobs doctor` on illumos and FreeBSD: dtrace, its privileges, and which probes each D script
+needs that this kernel has (`dtrace -l -m zfs`). One row per check, with a one-line fix."""
+from __future__ import annotations
+
+import os
+import platform
+
+from zfsobs.dtrace_source import (check_dtrace, d_script, dtrace_version, listed_probes, present,
+                                  required_probes, script_probes)
+from zfsobs.errors import ZfsobsError
+from zfsobs.source import DEFAULT_PROBES
+
+OK, WARN, BAD = "ok", "warn", "FAIL"
+FIX_DTRACE = {"FreeBSD": "kldload dtraceall (and pkg install dtrace-toolkit for extras)"}
+
+
+def checks(system: str | None = None) -> tuple[list[tuple[str, str, str]], bool]:
+    """(status, what, detail) rows, and whether anything can be traced."""
+    system = system or platform.system()
+    rows = []
+    try:
+        dtrace = check_dtrace()
+    except ZfsobsError as exc:
+        fix = FIX_DTRACE.get(system, "it ships with the OS in /usr/sbin/dtrace; check PATH")
+        rows.append((BAD, "dtrace", f"{exc}; fix: {fix}"))
+        return rows, False
+    rows.append((OK, "dtrace", f"{dtrace} {dtrace_version(dtrace)}"))
+    root = os.geteuid() == 0
+    try:
+        listed = listed_probes(dtrace)
+    except ZfsobsError as exc:
+        rows.append((BAD, "dtrace privileges", f"{'root, yet ' if root else ''}{exc}"))
+        return rows, False
+    rows.append((OK, "dtrace privileges", f"{'root' if root else 'dtrace_kernel'}: {len(listed)} zfs probes listed"))
+    if not listed:
+        rows.append((BAD, "zfs module", "no zfs probes: is ZFS loaded? (FreeBSD: kldload zfs)"))
+        return rows, False
+    traceable = False
+    for name in DEFAULT_PROBES:
+        state, detail = metric(d_script(name), listed)
+        rows.append((state, f"metric {name} (dtrace)", detail))
+        traceable |= state != BAD
+    return rows, traceable
+
+
+def metric(text: str, listed: set[str]) -> tuple[str, str]:
+    """A D script's verdict from the probes this kernel lists."""
+    missing = [p for p in required_probes(text) if not present(p, listed)]
+    if missing:
+        return BAD, (f"missing {', '.join(missing)}: not in this kernel's ZFS (an older or FreeBSD "
+                     "build that inlines it); fix: none here, see docs/illumos.md")
+    absent = [p for p in script_probes(text) if not present(p, listed)]
+    if absent:
+        return WARN, f"partial: {', '.join(absent)} absent (their fields stay 0 or -1; docs/illumos.md)"
+    return OK, f"all {len(script_probes(text))} probes present"
