@@ -6,6 +6,7 @@ tests/data/lab-2.1.11.cap, recorded from a real lab run (scripts/record-fixtures
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -17,8 +18,11 @@ from zfsobs.capture import CaptureWriter, read_capture                 # noqa: E
 from zfsobs.errors import ZfsobsError                                  # noqa: E402
 from zfsobs.views import compare, report                               # noqa: E402
 
-CASES = 1500          # per test: 3000 cases in all, about 20 s
-FUZZ = settings(max_examples=CASES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+CASES = int(os.environ.get("ZFSOBS_FUZZ_CASES") or 1500)   # per test: 3000 cases in all, about 20 s
+# CI replays a fixed set (a landing never hangs on a fresh random find); runs elsewhere explore anew:
+# ZFSOBS_FUZZ_CASES=30000 found a vq line of class 9 that crashed the report (now left out, counted)
+FUZZ = settings(max_examples=CASES, deadline=None, derandomize=bool(os.environ.get("CI")),
+                suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 @pytest.fixture(scope="module")

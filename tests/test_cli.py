@@ -60,7 +60,8 @@ def test_not_root(tmp_path):
 def test_no_bpftrace(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("needs root (the root check comes first)")
-    env = dict(os.environ, PATH=str(tmp_path))     # a PATH without bpftrace
+    os.symlink(shutil.which("nm"), tmp_path / "nm")  # a PATH without bpftrace (nm reads the library)
+    env = dict(os.environ, PATH=str(tmp_path))
     res = run("top", "--target", "libzpool", env=env)
     one_line_error(res, "bpftrace not found")
 
@@ -69,6 +70,19 @@ def test_no_kernel_zfs_here():
     if os.path.isdir("/sys/module/zfs"):
         pytest.skip("this machine has kernel ZFS")
     one_line_error(run("probes", "show", "txg", "--target", "kernel"), "zfs kernel module is not loaded")
+
+
+@pytest.mark.parametrize("path, pattern", [
+    ("/nonexistent/libzpool.so", "no such library"),
+    ("/etc/passwd", "not an ELF shared library"),
+    ("/usr/lib", "is a directory"),
+    ("/bin/sh", "not a libzpool (no spa_sync)"),          # an ELF without ZFS in it
+])
+def test_a_wrong_target_path(path, pattern, tmp_path):
+    one_line_error(run("probes", "show", "txg", "--target", path), pattern)
+    if os.geteuid() == 0 and shutil.which("bpftrace"):
+        one_line_error(run("record", "--target", path, "-o", str(tmp_path / "x.cap"), "--duration", "1"), pattern)
+        assert not (tmp_path / "x.cap").exists()
 
 
 def test_lab_option_must_be_a_tunable(tmp_path):

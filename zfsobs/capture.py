@@ -29,6 +29,10 @@ MAX_RECORD = 64 << 20      # a larger length field is damage, not data
 MAX_PAYLOAD = 256 << 20
 FLUSH_SECONDS = 1.0
 FLUSH_BYTES = 1 << 20
+# Header fields the views read, and their types: one of another type is damage (or another
+# tool's), left out with a warning rather than failing a view.
+HEADER_TYPES = {"target": dict, "lab": dict, "probes": dict, "unavailable": dict, "tunables": dict,
+                "pools": list, "tunables_watched": list, "start_wall_ns": int, "start_mono_ns": int}
 
 
 class CaptureWriter:
@@ -166,6 +170,10 @@ def read_capture(path: str) -> Capture:
         warnings.append(f"{skipped} damaged record(s) skipped")
     if meta is None:
         raise ZfsobsError(f"{path}: capture header missing or damaged; nothing readable")
+    for key, kind in HEADER_TYPES.items():
+        if key in meta and (not isinstance(meta[key], kind) or isinstance(meta[key], bool)):
+            warnings.append(f"header field {key!r} is not a {kind.__name__} (ignored)")
+            del meta[key]
     if trailer is None:
         warnings.append("no trailer: the recording did not end cleanly (data up to the last flush is here)")
     return Capture(path, meta, lines, trailer, warnings)

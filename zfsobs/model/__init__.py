@@ -21,7 +21,7 @@ class Model:
     def __init__(self, keep: int | None = KEEP):
         self.txg = TxgModel(keep)
         self.zil = ZilModel(keep)
-        self.vq = VdevQueueModel()
+        self.vq = VdevQueueModel(prune=keep is not None)
         self.vc = VdevCacheModel(prune=keep is not None)
         self.probes: dict[str, str] = {}      # probe name -> target kind, from hello events
         self.tuning = TuningModel()

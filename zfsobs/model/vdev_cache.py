@@ -19,6 +19,7 @@ from zfsobs.model.cumulative import value_at
 COUNTERS = ("reads", "read_bytes", "hits", "hit_bytes", "misses", "miss_bytes", "fill_bytes",
             "declined", "declined_bytes")
 KEEP_NS = 600 * 10**9
+PRUNE_NS = 10 * 10**9     # live: how often vdevs idle for KEEP_NS are forgotten
 ENABLE_HINT = ("set zfs_vdev_cache_size (bytes per leaf vdev; kernel: at module load, "
                "modprobe zfs zfs_vdev_cache_size=N; lab: --option zfs_vdev_cache_size=N)")
 
@@ -110,7 +111,8 @@ class VdevCacheModel:
     kinds = ("vc",)
 
     def __init__(self, prune: bool = False):
-        self.prune = prune                             # live: forget freed vdevs after KEEP_NS
+        self.prune = prune                             # live: forget idle vdevs after KEEP_NS
+        self._pruned = 0
         self.vdevs: dict[tuple, Vdev] = {}             # (pid, vd, generation)
         self._gen: dict[tuple[int, str], int] = {}     # a vdev_t address freed and used again
         self.last_ts: int | None = None
@@ -126,9 +128,12 @@ class VdevCacheModel:
         if vdev is None:
             vdev = self.vdevs[(pid, vd, gen)] = Vdev(pid, vd, gen)
         vdev.add(ev)
-        if self.prune and len(self.vdevs) > 1000:     # ztest frees and makes vdevs all the time
-            self.vdevs = {k: v for k, v in self.vdevs.items()
-                          if not v.final or ev.ts - v.lines[-1].ts <= KEEP_NS}
+        # ztest makes new processes and vdevs all the time: forget the ones idle for KEEP_NS
+        if self.prune and self.last_ts - self._pruned > PRUNE_NS:
+            self._pruned, old = self.last_ts, self.last_ts - KEEP_NS
+            self.vdevs = {k: v for k, v in self.vdevs.items() if v.lines[-1].ts >= old}
+            known = {k[:2] for k in self.vdevs}
+            self._gen = {k: g for k, g in self._gen.items() if k in known}
 
     def state(self, unavailable: str | None = None) -> tuple[str, str]:
         """(active | disabled | absent | unknown, one line saying why)."""

@@ -21,6 +21,7 @@ COUNTERS = ("enq", "enq_bytes", "issued", "merged", "aggs", "done", "done_bytes"
             "pend_ns", "act_ns", "untracked", "untracked_act", "unseen")
 BUCKETS = 24
 KEEP_NS = 600 * 10**9        # history kept per series (live windows, vqstat intervals)
+PRUNE_NS = 10 * 10**9        # live: how often series idle for KEEP_NS are forgotten
 
 
 def lat_bucket(ns: int) -> int:
@@ -176,16 +177,26 @@ class Vdev:
 class VdevQueueModel:
     kinds = ("vq", "vq_lat", "vq_vdev")
 
-    def __init__(self):
+    def __init__(self, prune: bool = False):
+        # live: forget series idle for KEEP_NS (ztest makes new processes and vdevs all the time,
+        # 4 MiB a minute otherwise); a report keeps everything
+        self.prune = prune
+        self._pruned = 0
         self.series: dict[tuple, Series] = {}       # (pid, vd, generation, class)
         self.vdevs: dict[tuple, Vdev] = {}          # (pid, vd, generation)
         self._gen: dict[tuple[int, str], int] = {}  # a vdev_t address freed and used again: a new vdev
         self.last_ts: int | None = None
+        self.unknown_class = 0      # lines of an I/O class this zfsobs has no name for: left out
 
     def feed(self, ev: Event) -> None:
         f = ev.fields
+        if ev.kind != "vq_vdev" and not 0 <= int(f.get("class") or 0) < len(CLASSES):
+            self.unknown_class += 1
+            return
         pid, vd = int(f.get("pid") or 0), str(f.get("vd"))
         self.last_ts = ev.ts if self.last_ts is None else max(self.last_ts, ev.ts)
+        if self.prune and self.last_ts - self._pruned > PRUNE_NS:
+            self._forget_idle()
         gen = self._gen.get((pid, vd), 0)
         vdev = self.vdevs.get((pid, vd, gen))
         if vdev is not None and vdev.final and ev.ts > vdev.final_ts:
@@ -212,6 +223,15 @@ class VdevQueueModel:
             s.add(ev.ts, f)
         else:
             s.add_hist(int(f.get("kind") or 0), [int(f.get(f"b{b}") or 0) for b in range(BUCKETS)])
+
+    def _forget_idle(self) -> None:
+        self._pruned = self.last_ts
+        old = self.last_ts - KEEP_NS
+        self.series = {k: s for k, s in self.series.items() if s.lines and s.lines[-1].ts >= old}
+        busy = {k[:3] for k in self.series}
+        self.vdevs = {k: v for k, v in self.vdevs.items() if k in busy or v.final_ts >= old}
+        known = {k[:2] for k in self.vdevs}
+        self._gen = {k: g for k, g in self._gen.items() if k in known}
 
     def vdev(self, s: Series) -> Vdev:
         return self.vdevs[(s.pid, s.vd, s.gen)]
