@@ -119,3 +119,24 @@ def test_every_way_out_keeps_every_txg_and_leaves_nothing_behind(tmp_path, stop)
                     if p[:1] == ["S"] and int(p[1]) in pids and int(p[4]) < stopped_at)
     assert sum(truth.values()) >= 50 and not truth - ours, (sum(truth.values()), list((truth - ours).items())[:5])
     assert_nothing_left(captured.meta)
+
+
+def test_lost_events_are_counted_in_the_trailer_and_named_in_the_report(tmp_path):
+    """A perf buffer of one page (BPFTRACE_PERF_RB_PAGES, bpftrace's own knob) overflows under the
+    lab's bursts of per-vdev lines: bpftrace's own "Lost N events" reports must reach the capture,
+    its trailer and the report, which names the probes that lost them."""
+    cap = tmp_path / "lossy.cap"
+    env = dict(os.environ, BPFTRACE_PERF_RB_PAGES="1")
+    res = subprocess.run(ZFSOBS + ["record", "--lab", "--duration", "30", "-O", str(cap)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    captured = read_capture(str(cap))
+    lost = [ev for ev in parse_all(captured.lines, Parser()) if ev.kind == "lost"]
+    total = sum(ev.fields["count"] for ev in lost)
+    assert total > 0 and captured.trailer["lost"] == total
+    assert f" {total} lost)" in res.stderr
+    report = subprocess.run(ZFSOBS + ["report", str(cap)], capture_output=True, text=True, timeout=120)
+    head = report.stdout.splitlines()[:4]
+    assert f"lost {total}" in head[1]
+    named = {ev.fields["probe"] for ev in lost}
+    assert any(l.startswith(f"warning: {total} events lost (") and all(p in l for p in named) for l in head), head

@@ -4,7 +4,7 @@ Every view (live, replay, report) reads one of these; only how events arrive dif
 """
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 
 from zfsobs.events import Event
 from zfsobs.model.samples import KEEP_NS, SampleModel
@@ -33,6 +33,7 @@ class Model:
             for kind in part.kinds:
                 self._routes.setdefault(kind, []).append(part)
         self.lost = 0
+        self.lost_by_probe: Counter = Counter()   # bpftrace's perf buffer overflowed: lines never seen
         self.events = 0
         self.first_ts: int | None = None
         self.last_ts: int | None = None
@@ -50,6 +51,7 @@ class Model:
             self.probes[str(ev.get("probe"))] = str(ev.get("target", ""))
         elif ev.kind == "lost":
             self.lost += int(ev.get("count", 0))
+            self.lost_by_probe[str(ev.get("probe", "?"))] += int(ev.get("count", 0))
         for part in self._routes.get(ev.kind, ()):
             part.feed(ev)
 

@@ -29,6 +29,7 @@ def as_dict(capture: Capture) -> dict:
     model, parser = build(capture)
     meta = dict(capture.meta)
     meta.update(events=parser.events, malformed=parser.malformed, lost=model.lost,
+                lost_by_probe=dict(model.lost_by_probe),
                 duration_ns=(model.last_ts - model.first_ts) if model.events else 0,
                 trailer=capture.trailer, warnings=capture.warnings)
     rows = [r.as_dict() for pool in sorted(model.txg.pools) for r in model.txg.pools[pool].rows]
@@ -135,6 +136,10 @@ def _text(data: dict) -> str:
              f"malformed {meta['malformed']}   lost {meta['lost']}"]
     for warning in meta["warnings"]:
         lines.append(f"warning: {warning}")
+    if meta["lost"]:
+        by = ", ".join(f"{n} {p}" for p, n in sorted(meta["lost_by_probe"].items()))
+        lines.append(f"warning: {meta['lost']} events lost ({by}): bpftrace's perf buffer overflowed, "
+                     "so the rows and counts they carried are missing")
     lines.append("")
     lines.append("txg sync (ms)          txgs      p50      p95      p99      max   interval p50/mean/p99 ms"
                  "   dirty MiB mean/max")
