@@ -6,6 +6,7 @@ no lab process or files, no rendered probe scripts. (SIGKILL of zfsobs: tests/te
 from __future__ import annotations
 
 import glob
+import json
 import os
 import signal
 import subprocess
@@ -23,11 +24,27 @@ from zfsobs.targets import libzpool
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(bool(lab_ready()), reason=lab_ready() or "ok")]
 
 ZFSOBS = [sys.executable, "-m", "zfsobs"]
+PROBES = ("txg", "zil", "vdev_queue", "vdev_cache")
 
 
-def probe_pids(name: str) -> list[int]:
-    out = subprocess.run(["pgrep", "-f", f"zfsobs-probes-.*/{name}.bt"], capture_output=True, text=True).stdout
+def probe_pids(name: str, owner: int | str = "[0-9]+") -> list[int]:
+    """The bpftrace processes running probe `name` for zfsobs process `owner` (its temp dir's name)."""
+    out = subprocess.run(["pgrep", "-f", f"zfsobs-probes-{owner}-.*/{name}.bt"], capture_output=True, text=True).stdout
     return [int(p) for p in out.split()]
+
+
+def uprobes_on_the_library() -> dict[int, str]:
+    """BPF programs attached to the library, by the pid holding them: that process's command line."""
+    perf = json.loads(subprocess.run(["bpftool", "-j", "perf", "list"], capture_output=True, text=True).stdout or "[]")
+    holders = {}
+    for entry in perf:
+        if entry.get("filename") == libzpool().path:
+            try:
+                with open(f"/proc/{entry['pid']}/cmdline", "rb") as f:
+                    holders[entry["pid"]] = f.read().replace(b"\0", b" ").decode()
+            except OSError:
+                holders[entry["pid"]] = "?"
+    return holders
 
 
 def test_a_probe_killed_mid_record_ends_the_capture_cleanly(tmp_path):
@@ -38,7 +55,7 @@ def test_a_probe_killed_mid_record_ends_the_capture_cleanly(tmp_path):
         while not (cap.exists() and cap.stat().st_size > 4000):   # txgs are being written
             assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-2000:]
             time.sleep(0.5)
-        (victim,) = probe_pids("txg")
+        (victim,) = probe_pids("txg", proc.pid)
         killed_at = time.monotonic_ns()
         subprocess.run(["kill", "-KILL", str(victim)], check=True)
         _, err = proc.communicate(timeout=120)
@@ -56,24 +73,27 @@ def test_a_probe_killed_mid_record_ends_the_capture_cleanly(tmp_path):
     txgs = [ev for ev in events if ev.kind == "txg"]
     assert txgs and all(ev.ts < killed_at for ev in txgs)
     # nothing left: the other probes' bpftrace stopped, no BPF program on the library
-    assert_nothing_left(read_capture(str(cap)).meta)
+    assert_nothing_left(read_capture(str(cap)).meta, proc.pid)
 
 
-def assert_nothing_left(meta: dict) -> None:
-    """No trace of a finished session: its bpftrace, BPF programs, lab processes and files."""
+def assert_nothing_left(meta: dict, owner: int) -> None:
+    """No trace of a finished session (zfsobs pid `owner`): its bpftrace, BPF programs, lab processes
+    and files. Other sessions may run meanwhile (scripts/soak): only this one's things count."""
     deadline = time.time() + 20      # bpftrace may take seconds to detach its uprobes
-    while any(probe_pids(n) for n in ("txg", "zil", "vdev_queue", "vdev_cache")) and time.time() < deadline:
+    while any(probe_pids(n, owner) for n in PROBES) and time.time() < deadline:
         time.sleep(0.5)
-    assert not any(probe_pids(n) for n in ("txg", "zil", "vdev_queue", "vdev_cache"))
-    perf = subprocess.run(["bpftool", "perf", "list"], capture_output=True, text=True).stdout
-    assert libzpool().path not in perf, perf
+    assert not any(probe_pids(n, owner) for n in PROBES)
+    # every BPF program on the library is held by another session's bpftrace
+    others = {pid: cmd for pid, cmd in uprobes_on_the_library().items()
+              if "zfsobs-probes-" not in cmd or f"zfsobs-probes-{owner}-" in cmd}
+    assert not others, others
     if os.path.exists("/sys/kernel/tracing/uprobe_events"):
         with open("/sys/kernel/tracing/uprobe_events") as f:
             assert "libzpool" not in f.read()
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert f"-p {meta['lab']['pool']}" not in ps, ps
     assert not os.path.exists(meta["lab"]["dir"])
-    assert not glob.glob("/tmp/zfsobs-probes-*")
+    assert not glob.glob(f"/tmp/zfsobs-probes-{owner}-*")
 
 
 # The synced state of each txg, as ZFS records it for the txgs kstat, timed by this bpftrace.
@@ -118,7 +138,7 @@ def test_every_way_out_keeps_every_txg_and_leaves_nothing_behind(tmp_path, stop)
                     (l.split() for l in (tmp_path / "truth.out").read_text().splitlines())
                     if p[:1] == ["S"] and int(p[1]) in pids and int(p[4]) < stopped_at)
     assert sum(truth.values()) >= 50 and not truth - ours, (sum(truth.values()), list((truth - ours).items())[:5])
-    assert_nothing_left(captured.meta)
+    assert_nothing_left(captured.meta, proc.pid)
 
 
 def test_lost_events_are_counted_in_the_trailer_and_named_in_the_report(tmp_path):
@@ -140,3 +160,25 @@ def test_lost_events_are_counted_in_the_trailer_and_named_in_the_report(tmp_path
     assert f"lost {total}" in head[1]
     named = {ev.fields["probe"] for ev in lost}
     assert any(l.startswith(f"warning: {total} events lost (") and all(p in l for p in named) for l in head), head
+
+
+def test_a_full_filesystem_stops_the_recording_with_one_line_and_a_valid_file(tmp_path):
+    """A real filesystem that fills up (a 256 KiB tmpfs) under a lab recording."""
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "zfsobs-test-full", str(small)], check=True)
+    try:
+        cap = small / "full.cap"
+        proc = subprocess.Popen(ZFSOBS + ["record", "--lab", "-O", str(cap)], stderr=subprocess.PIPE, text=True)
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode != 0 and "Traceback" not in err, err[-2000:]
+        last = err.strip().splitlines()[-1]
+        assert last == f"zfsobs: {cap}: disk full; capture stopped, it is valid up to here", err[-2000:]
+        captured = read_capture(str(cap))
+        # every record written is whole: at most the trailer is missing
+        assert captured.warnings in ([], ["no trailer: the recording did not end cleanly (data up to the last flush is here)"])
+        txgs = [ev for ev in parse_all(captured.lines, Parser()) if ev.kind == "txg"]
+        assert txgs and os.path.getsize(cap) > 128 << 10
+        assert_nothing_left(captured.meta, proc.pid)
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
