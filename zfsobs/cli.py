@@ -275,6 +275,10 @@ def _record(args) -> int:
     print(f"zfsobs: recorded {session.pipeline.kept} events ({txgs} txgs, {parser.malformed} malformed, "
           f"{session.model.lost} lost) in {time.monotonic() - started:.1f} s to {args.record} "
           f"({session.capture.bytes} bytes); stopped: {session.reason}", file=sys.stderr)
+    cost = session.cost.totals()
+    tracers = sum(v["cpu_s"] for v in cost.values() if isinstance(v, dict))
+    print(f"zfsobs: cost: zfsobs {cost['zfsobs_cpu_s']:.1f} CPU-s, bpftrace {tracers:.1f} CPU-s "
+          f"in {cost['seconds']:.0f} s (the probes' own run time: see docs/performance.md)", file=sys.stderr)
     return 1 if _probe_died(session) else 0
 
 

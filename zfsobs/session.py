@@ -14,6 +14,7 @@ from zfsobs.errors import ZfsobsError
 from zfsobs.lab import Lab
 from zfsobs.model import Model
 from zfsobs.pipeline import Pipeline
+from zfsobs.selfcost import SelfCost
 from zfsobs.signals import Terminated, raise_on_termination, restore_defaults
 from zfsobs.dtrace_source import make_source
 from zfsobs.source import DEFAULT_PROBES
@@ -65,6 +66,7 @@ class Session:
         self.stack.callback(self.source.close)
         self.source.start()
         self._wait_attached()
+        self.cost = SelfCost(self.source.pids)
         if self.lab is not None:
             self.stack.callback(self.lab.stop)
             self.lab.start()
@@ -105,6 +107,7 @@ class Session:
         try:
             while True:
                 self.pipeline.step(tick)
+                self.status.cost = self.cost.line()
                 if self.source.ended:
                     self.reason = self.source.ended
                     break
@@ -141,7 +144,7 @@ class Session:
         trailer = {"end_wall_ns": time.time_ns(), "end_mono_ns": time.monotonic_ns(),
                    "reason": self.reason or "error", "events": self.pipeline.kept,
                    "malformed": self.pipeline.parser.malformed, "lost": self.model.lost,
-                   "dropped_at_stop": self.source.dropped_at_stop}
+                   "dropped_at_stop": self.source.dropped_at_stop, "cost": self.cost.totals()}
         try:
             self.capture.close(trailer)
         except ZfsobsError:

@@ -210,6 +210,11 @@ class BpftraceSource:
         return lines[0].strip()[:300] if lines else ""
 
     @property
+    def pids(self) -> dict[str, int]:
+        """Probe name -> its tracer's process id (zfsobs/selfcost.py measures them)."""
+        return {name: proc.pid for name, proc in self._procs}
+
+    @property
     def attached(self) -> bool:
         return len(self._attached) == len(self._procs)
 

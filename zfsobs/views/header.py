@@ -1,4 +1,5 @@
-"""The header: target, ZFS version, pools, event rate, malformed/lost counts, recording/replay."""
+"""The header: target, ZFS version, pools, event rate, malformed/lost counts, what tracing costs,
+recording/replay."""
 from __future__ import annotations
 
 from rich.table import Table
@@ -29,6 +30,8 @@ def render_header(model: Model, status: Status, now_ns: int | None) -> Table:
         ("malformed ", ""), (str(status.malformed), "bold red" if status.malformed else ""),
         ("   lost ", ""), (str(model.lost), "bold red" if model.lost else ""))
     grid.add_row(counts, _mode_text(status))
+    if status.cost and status.mode == "live":
+        grid.add_row(Text(status.cost, style="dim"), "")
     for line in ([status.message] if status.message else []) + status.warnings[:2]:
         grid.add_row(Text(line, style="yellow"), "")
     return grid

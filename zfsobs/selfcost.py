@@ -1,0 +1,109 @@
+"""What tracing costs, measured while it runs: CPU time of zfsobs and of each probe's bpftrace, and
+the BPF programs' own run time and run count (kept by the kernel when kernel.bpf_stats_enabled=1;
+read from /proc/PID/fdinfo of bpftrace's program fds). The uprobe/kprobe trap itself is not in
+the BPF run time: scripts/bench measures the whole cost as workload throughput."""
+from __future__ import annotations
+
+import os
+import time
+
+TICK = os.sysconf("SC_CLK_TCK")
+STATS_SWITCH = "/proc/sys/kernel/bpf_stats_enabled"
+EVERY_S = 2.0
+
+
+def cpu_seconds(pid: int | str) -> float | None:
+    """user + system CPU time of a process; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def bpf_runs(pid: int) -> dict[int, tuple[int, int]]:
+    """prog_id -> (run_time_ns, run_cnt) of each BPF program process `pid` holds."""
+    out = {}
+    try:
+        fds = os.listdir(f"/proc/{pid}/fdinfo")
+    except OSError:
+        return out
+    for fd in fds:
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                info = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+            out[int(info["prog_id"])] = (int(info["run_time_ns"]), int(info["run_cnt"]))
+        except (OSError, KeyError, ValueError):
+            continue           # not a program (maps, perf events, pipes), or closed meanwhile
+    return out
+
+
+def stats_enabled() -> bool:
+    try:
+        with open(STATS_SWITCH) as f:
+            return f.read().strip() not in ("", "0")
+    except OSError:
+        return False
+
+
+class SelfCost:
+    """Totals since start per probe and for zfsobs; `line()` is the header's rates over the last
+    EVERY_S seconds or more."""
+
+    def __init__(self, probes: dict[str, int]):
+        """Made once the probes are attached: their compile time is not what tracing costs."""
+        self.probes = dict(probes)        # probe name -> bpftrace pid
+        self.start = time.monotonic()
+        self._seen: dict[str, dict] = {}  # the last reading of each probe and program: kept once gone
+        self._base = self._read()
+        self._last = self._now()
+        self._text = ""
+
+    def _read(self) -> dict:
+        out = {"zfsobs_cpu_s": cpu_seconds("self") or 0.0}
+        for name, pid in self.probes.items():
+            cpu = cpu_seconds(pid)
+            seen = self._seen.setdefault(name, {"cpu_s": 0.0, "progs": {}})
+            if cpu is not None:
+                seen["cpu_s"] = cpu
+                # per program: a bpftrace that is detaching has closed some of them already
+                seen["progs"].update(bpf_runs(pid))
+            progs = seen["progs"].values()
+            out[name] = {"cpu_s": seen["cpu_s"], "bpf_run_ns": sum(p[0] for p in progs),
+                         "bpf_runs": sum(p[1] for p in progs)}
+        return out
+
+    def _now(self) -> dict:
+        """Totals since the probes attached."""
+        now = self._read()
+        out = {"t": time.monotonic(), "zfsobs_cpu_s": round(now["zfsobs_cpu_s"] - self._base["zfsobs_cpu_s"], 3)}
+        for name in self.probes:
+            out[name] = {k: round(v - self._base[name][k], 3) for k, v in now[name].items()}
+        return out
+
+    def totals(self) -> dict:
+        """For the capture trailer: seconds traced, CPU seconds, BPF run time and count per probe."""
+        now = self._now()
+        now["seconds"] = round(now.pop("t") - self.start, 3)
+        now["bpf_stats"] = stats_enabled()
+        return now
+
+    def line(self) -> str:
+        if time.monotonic() - self._last["t"] >= EVERY_S:
+            now = self._now()
+            self._text = self._describe(self._last, now)
+            self._last = now
+        return self._text
+
+    def _describe(self, a: dict, b: dict) -> str:
+        span = max(1e-9, b["t"] - a["t"])
+        share = lambda key: 100 * (b[key] - a[key]) / span    # noqa: E731 - % of one CPU
+        tracer = sum(b[n]["cpu_s"] - a[n]["cpu_s"] for n in self.probes) / span * 100
+        text = f"cost: zfsobs {share('zfsobs_cpu_s'):.1f}% · bpftrace {tracer:.1f}% of a CPU"
+        if not stats_enabled():
+            return text + " · BPF run time off (sysctl kernel.bpf_stats_enabled=1)"
+        ns = sum(b[n]["bpf_run_ns"] - a[n]["bpf_run_ns"] for n in self.probes)
+        runs = sum(b[n]["bpf_runs"] - a[n]["bpf_runs"] for n in self.probes)
+        per = f"{ns / runs:.0f} ns × {runs / span:,.0f}/s" if runs else "no runs"
+        return text + f" · BPF {per} = {ns / span / 1e7:.2f}% (traps not included)"
