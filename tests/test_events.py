@@ -74,3 +74,33 @@ def test_format_line_round_trips():
     ev = Parser().parse(line)
     assert ev.kind == "lost" and ev.fields == {"count": 3, "probe": "txg", "gone": None}
     assert Parser().parse(ev.line()) == ev
+
+
+def test_fast_path_judges_every_line_as_the_token_rules_do():
+    # Parser.parse takes common lines through events._fast; Parser._parse is the rule-by-rule path
+    from zfsobs.capture import read_capture
+    lines = read_capture(sorted(__import__("glob").glob("tests/data/lab-*.cap"))[-1]).lines[:3000]
+    rnd = random.Random(9)
+    odd = ["-1", "=5", "k=", "a=b=c", "pool=-1", "pool=-x", "vd=-01", "class=+3", "class=1_0", "class=w", "x=7"]
+    mutated = []
+    for line in lines[::3]:
+        parts = line.split(" ")
+        parts.insert(rnd.randrange(4, len(parts) + 1), rnd.choice(odd))
+        mutated.append(" ".join(parts))
+    for line in lines + mutated + [line.replace("zfsobs 1 ", "zfsobs 01 ") for line in lines[:50]]:
+        fast, slow = Parser(), Parser()
+        a, b = fast.parse(line), slow._parse(line.strip(), line.split())
+        assert a == b and (a is None or list(a.fields) == list(b.fields)), line
+        assert (fast.events, fast.malformed) == (slow.events, slow.malformed), line
+
+
+def test_iter_sorted_is_parse_all_order_without_a_list():
+    from zfsobs.events import iter_sorted
+    rnd = random.Random(3)
+    lines = [f"zfsobs 1 hello {rnd.randrange(50)} probe=p{i}" for i in range(400)] + ["junk", "zfsobs 1 x -3"]
+    rnd.shuffle(lines)
+    want = sorted(filter(None, map(Parser().parse, lines)), key=lambda ev: ev.ts)
+    for chunk in (1, 7, 64, 1000):
+        parser = Parser()
+        assert list(iter_sorted(lines, parser, chunk)) == want
+        assert (parser.events, parser.malformed, parser.ignored) == (400, 1, 1)

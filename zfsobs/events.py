@@ -5,7 +5,9 @@ Values are integers or bare words (no spaces); the integer -1 means "unavailable
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
+from operator import attrgetter, itemgetter, methodcaller
 
 MAGIC = "zfsobs"
 SCHEMA_VERSION = 1
@@ -57,7 +59,41 @@ def format_line(kind: str, ts: int, fields: dict) -> str:
 
 def parse_all(lines, parser: "Parser") -> list[Event]:
     """Every event of a capture, in time order (several bpftrace processes interleave)."""
-    return sorted(filter(None, map(parser.parse, lines)), key=lambda ev: ev.ts)
+    return list(iter_sorted(lines, parser))
+
+
+_TS = itemgetter(3)
+
+
+def _low_ts(lines: list[str]) -> float:
+    """A lower bound of the ts of every line in `lines` that parses (same split as Parser.parse)."""
+    try:
+        return min(map(int, map(_TS, map(methodcaller("split", None, 4), lines))), default=float("inf"))
+    except (ValueError, IndexError):
+        low = float("inf")
+        for line in lines:
+            try:
+                low = min(low, int(line.split(None, 4)[3]))
+            except (ValueError, IndexError):
+                pass         # not an event: Parser.parse drops it too
+        return low
+
+
+def iter_sorted(lines: list[str], parser: "Parser", chunk: int = 1 << 14):
+    """parse_all's events one by one, in exactly its order (ts, then file order), without holding
+    them all: a chunk's events go out once no later line can hold an earlier ts."""
+    starts = range(0, len(lines), chunk)
+    later = [float("inf")] * (len(starts) + 1)      # later[k]: lowest ts from chunk k on
+    for k in reversed(range(len(starts))):
+        later[k] = min(later[k + 1], _low_ts(lines[starts[k]:starts[k] + chunk]))
+    ts = attrgetter("ts")
+    pending: list[Event] = []
+    for k, i in enumerate(starts):
+        pending.extend(filter(None, map(parser.parse, lines[i:i + chunk])))
+        pending.sort(key=ts)          # stable: earlier lines first among equal ts
+        cut = bisect_left(pending, later[k + 1], key=ts)
+        yield from pending[:cut]
+        del pending[:cut]
 
 
 def is_event_line(line: str) -> bool:
@@ -92,6 +128,15 @@ class Parser:
                 self.ignored += 1
             return None
         parts = line.split()
+        if len(parts) > 3 and parts[1] == "1" and parts[2] in REQUIRED:
+            ev = _fast(parts)
+            if ev is not None:
+                self.events += 1
+                return ev
+        return self._parse(line, parts)
+
+    def _parse(self, line: str, parts: list[str]) -> Event | None:
+        """The rules of docs/events.md, one token at a time: every line _fast does not take."""
         try:
             version = int(parts[1])
             kind = parts[2]
@@ -122,3 +167,48 @@ class Parser:
             self.unknown_kinds += 1
         self.events += 1
         return Event(kind, ts, fields)
+
+
+_split_eq = methodcaller("split", "=", 1)
+_plans: dict[tuple, tuple | None] = {}     # (kind, keys) -> (int keys, word keys), or None: not fast
+_MAX_PLANS = 4096                          # hostile input must not grow it without end
+
+
+def _plan(kind: str, keys: tuple) -> tuple | None:
+    if "" in keys or not all(name in keys for name in REQUIRED[kind]):
+        return None
+    return (tuple(k for k in keys if k not in WORD_FIELDS), tuple(k for k in keys if k in WORD_FIELDS))
+
+
+def _fast(parts: list[str]) -> Event | None:
+    """A schema-1 line of a known kind in the common shape (every token key=value, no key twice,
+    every int field an int other than -1, no word field starting with "-", every required field
+    there), parsed with C-level loops; None for anything else, which Parser._parse then judges the slow way."""
+    try:
+        ts = int(parts[3])
+        fields = dict(map(_split_eq, parts[4:]))
+    except ValueError:
+        return None
+    if len(fields) != len(parts) - 4:
+        return None          # a key given twice: the first value may make the line malformed
+    kind = parts[2]
+    key = (kind, tuple(fields))
+    plan = _plans.get(key, False)
+    if plan is False:
+        plan = _plan(kind, key[1])
+        if len(_plans) < _MAX_PLANS:
+            _plans[key] = plan
+    if plan is None or ts < 0:
+        return None
+    ints, words = plan
+    try:
+        values = list(map(int, map(fields.__getitem__, ints)))
+    except ValueError:
+        return None
+    if -1 in values:
+        return None
+    for name in words:
+        if fields[name][:1] == "-":
+            return None
+    fields.update(zip(ints, values))
+    return Event(kind, ts, fields)

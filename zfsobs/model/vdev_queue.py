@@ -20,6 +20,7 @@ SHORT = ("syncR", "syncW", "asyncR", "asyncW", "scrub", "remov", "init", "trim",
 COUNTERS = ("enq", "enq_bytes", "issued", "merged", "aggs", "done", "done_bytes", "wait_ns", "dev_ns",
             "pend_ns", "act_ns", "untracked", "untracked_act", "unseen")
 BUCKETS = 24
+BUCKET_FIELDS = tuple(f"b{b}" for b in range(BUCKETS))
 KEEP_NS = 600 * 10**9        # history kept per series (live windows, vqstat intervals)
 PRUNE_NS = 10 * 10**9        # live: how often series idle for KEEP_NS are forgotten
 
@@ -222,7 +223,7 @@ class VdevQueueModel:
         if ev.kind == "vq":
             s.add(ev.ts, f)
         else:
-            s.add_hist(int(f.get("kind") or 0), [int(f.get(f"b{b}") or 0) for b in range(BUCKETS)])
+            s.add_hist(int(f.get("kind") or 0), [int(f.get(b) or 0) for b in BUCKET_FIELDS])
 
     def _forget_idle(self) -> None:
         self._pruned = self.last_ts

@@ -7,7 +7,7 @@ import io
 import json
 
 from zfsobs.capture import Capture
-from zfsobs.events import Parser, parse_all
+from zfsobs.events import Parser, iter_sorted
 from zfsobs.model import Model
 from zfsobs.model import vdev_queue as vqm
 from zfsobs.model.vdev_cache import derive
@@ -17,16 +17,18 @@ from zfsobs.views.units import ms, mib, size
 SECTIONS = ("txgs", "zil", "vdev_queue", "vdev_cache")
 
 
-def build(capture: Capture) -> tuple[Model, Parser]:
+def build(capture: Capture, samples: bool = True) -> tuple[Model, Parser]:
     parser = Parser()
-    model = Model(keep=None)
-    for ev in parse_all(capture.lines, parser):
-        model.feed(ev)
+    model = Model(keep=None, samples=samples)
+    feed = model.feed
+    for ev in iter_sorted(capture.lines, parser):     # not a list of them: a day's capture is GBs
+        feed(ev)
     return model, parser
 
 
-def as_dict(capture: Capture) -> dict:
-    model, parser = build(capture)
+def as_dict(capture: Capture, built: tuple[Model, Parser] | None = None) -> dict:
+    """The report's data; `built` is build(capture) when the caller has it (scripts/bench-ingest)."""
+    model, parser = built or build(capture, samples=False)
     meta = dict(capture.meta)
     meta.update(events=parser.events, malformed=parser.malformed, lost=model.lost,
                 lost_by_probe=dict(model.lost_by_probe),
