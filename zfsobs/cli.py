@@ -214,9 +214,11 @@ def _top(args) -> int:
         else:
             session.pipeline.listeners.append(TxgLines(session.source.meta, sep=args.separator))
             session.run(tick=args.interval)
+    if _probe_died(session):
+        return 1
     if session.reason and session.reason not in ("quit", "duration reached") and not session.reason.startswith("interrupted"):
         print(f"zfsobs: stopped: {session.reason}", file=sys.stderr)
-    return 1 if session.reason.startswith("bpftrace (") else 0
+    return 0
 
 
 def _zilstat(args) -> int:

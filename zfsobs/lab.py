@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 
 from zfsobs.errors import ZfsobsError
-from zfsobs.procs import die_with_parent, remove_stale
+from zfsobs.procs import die_with_parent, in_group, remove_stale
 from zfsobs.targets import Target, libzpool, linked_library
 
 ZTEST = "/usr/sbin/ztest"
@@ -131,9 +131,7 @@ class Lab:
         """A ztest pass of this lab: not the parent, which never opens the pool (its tunables are
         ztest's defaults, e.g. zfs_dirty_data_max 0), nor the zdb it runs to check the pool."""
         try:
-            if pid == self.proc.pid or os.getpgid(pid) != self.proc.pid:
-                return False
-            return os.path.realpath(f"/proc/{pid}/exe") == os.path.realpath(self.build.ztest)
+            return pid != self.proc.pid and in_group(pid, self.proc.pid, os.path.realpath(self.build.ztest))
         except OSError:
             return False
 

@@ -14,7 +14,8 @@ import time
 
 from zfsobs.errors import ZfsobsError
 from zfsobs.lab import BUILDS
-from zfsobs.procmem import Gone, ProcessGlobals
+from zfsobs.procmem import Gone, ProcessGlobals, mapped_library
+from zfsobs.procs import exe, in_group, scan
 from zfsobs.targets import Target, libzpool
 from zfsobs.tunables import BY_NAME
 
@@ -35,13 +36,8 @@ def _lab_parents() -> dict[int, str]:
     """pid -> pool of each running lab's ztest parent (a ztest of ours whose pool is a lab's)."""
     ztests = {os.path.realpath(b.ztest) for b in BUILDS.values()}
     found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        pid = int(entry)
+    for pid in scan(lambda p: exe(p) in ztests and os.getpgid(p) == p):
         try:
-            if os.path.realpath(f"/proc/{pid}/exe") not in ztests or os.getpgid(pid) != pid:
-                continue
             args = _cmdline(pid)
         except OSError:
             continue
@@ -66,27 +62,10 @@ def find_lab(pid: int | None = None) -> int:
     return next(iter(labs))
 
 
-def _library(pid: int) -> str:
-    with open(f"/proc/{pid}/maps") as f:
-        for line in f:
-            path = line.split(maxsplit=5)[5].strip() if len(line.split(maxsplit=5)) == 6 else ""
-            if "/libzpool.so" in path:
-                return path
-    raise ZfsobsError(f"ztest {pid} has no libzpool mapped")
-
-
 def _pass_pids(parent: int) -> list[int]:
     """The lab's ztest processes: the parent and its running pass (not zdb)."""
-    exe = os.path.realpath(f"/proc/{parent}/exe")
-    pids = []
-    for entry in os.listdir("/proc"):
-        try:
-            if entry.isdigit() and os.getpgid(int(entry)) == parent and \
-                    os.path.realpath(f"/proc/{entry}/exe") == exe:
-                pids.append(int(entry))
-        except OSError:
-            continue
-    return pids
+    program = exe(parent)
+    return scan(lambda p: in_group(p, parent, program))
 
 
 def parse_assignment(text: str, target: Target) -> tuple[str, int]:
@@ -157,7 +136,7 @@ class OptionsFile:
 def lab_set(assignment: str, pid: int | None = None) -> str:
     """Set NAME=VALUE in the lab; returns what was done (one line)."""
     parent = find_lab(pid)
-    target = libzpool(_library(parent))
+    target = libzpool(mapped_library(parent))
     name, value = parse_assignment(assignment, target)
     zfs = ".".join(target.version.split(".")[:2])
     if zfs not in GVARS_TAIL:

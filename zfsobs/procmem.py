@@ -16,19 +16,34 @@ class Gone(Exception):
     """The process ended (or never mapped the library): not an error, processes come and go."""
 
 
-def load_base(pid: int, path: str) -> int:
-    """Where `path` is mapped in process `pid`: the start of its file-offset-0 mapping."""
+def _maps(pid: int):
+    """(start address, file offset, path) of each mapping of process `pid`."""
     try:
         with open(f"/proc/{pid}/maps") as f:
             for line in f:
                 parts = line.split(maxsplit=5)
-                if len(parts) == 6 and parts[5].strip() == path and int(parts[2], 16) == 0:
-                    return int(parts[0].split("-")[0], 16)
+                if len(parts) == 6:
+                    yield int(parts[0].split("-")[0], 16), int(parts[2], 16), parts[5].strip()
     except (FileNotFoundError, ProcessLookupError):
         raise Gone(pid) from None
     except PermissionError:
         raise ZfsobsError(f"cannot read process {pid}'s memory map: needs root") from None
+
+
+def load_base(pid: int, path: str) -> int:
+    """Where `path` is mapped in process `pid`: the start of its file-offset-0 mapping."""
+    for start, offset, mapped in _maps(pid):
+        if mapped == path and offset == 0:
+            return start
     raise Gone(pid)
+
+
+def mapped_library(pid: int, name: str = "/libzpool.so") -> str:
+    """The path of the library process `pid` maps whose path contains `name`."""
+    for _, _, mapped in _maps(pid):
+        if name in mapped:
+            return mapped
+    raise ZfsobsError(f"process {pid} has no {name.strip('/')} mapped")
 
 
 class ProcessGlobals:

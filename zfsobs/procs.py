@@ -1,10 +1,12 @@
-"""Child processes and temp files do not outlive zfsobs, even when it is killed with SIGKILL."""
+"""Processes: finding them in /proc, and making sure our children and temp files do not outlive
+zfsobs, even when it is killed with SIGKILL."""
 from __future__ import annotations
 
 import ctypes
 import os
 import shutil
 import signal
+from typing import Callable
 
 PR_SET_PDEATHSIG = 1
 
@@ -30,3 +32,26 @@ def remove_stale(root: str, prefix: str) -> None:
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
         except (ValueError, PermissionError):
             continue
+
+
+def scan(keep: Callable[[int], bool]) -> list[int]:
+    """The running processes for which keep(pid) holds, from a snapshot of /proc; one that ends
+    while it is looked at (OSError) is left out."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if keep(int(entry)):
+                    found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def exe(pid: int) -> str:
+    return os.path.realpath(f"/proc/{pid}/exe")
+
+
+def in_group(pid: int, leader: int, program: str) -> bool:
+    """Process `pid` runs `program` (a resolved path) in the process group `leader` leads."""
+    return os.getpgid(pid) == leader and exe(pid) == program

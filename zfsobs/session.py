@@ -104,6 +104,7 @@ class Session:
         for line in self.pending:
             self.pipeline.feed_line(line)
         deadline = time.monotonic() + self.args.duration if getattr(self.args, "duration", None) else None
+        ticked = 0.0
         try:
             while True:
                 self.pipeline.step(tick)
@@ -120,9 +121,13 @@ class Session:
                 if self.command is not None and self.command.poll() is not None:
                     self.reason = f"command exited with status {self.command.returncode}"
                     break
-                if on_tick is not None and on_tick() is False:
-                    self.reason = "quit"
-                    break
+                # a step returns as soon as lines arrive (hundreds a second): the view's tick
+                # (a redraw) stays at its own rate
+                if on_tick is not None and time.monotonic() - ticked >= tick:
+                    ticked = time.monotonic()
+                    if on_tick() is False:
+                        self.reason = "quit"
+                        break
         except KeyboardInterrupt:
             self.reason = "interrupted (SIGINT)"
         except Terminated as exc:

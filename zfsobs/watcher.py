@@ -14,12 +14,14 @@ from typing import Callable
 from zfsobs.errors import ZfsobsError
 from zfsobs.events import format_line
 from zfsobs.procmem import Gone, ProcessGlobals, load_base
+from zfsobs.procs import scan
 from zfsobs.targets import Target
 from zfsobs.tunables import TABLE
 
 POLL_NS = 500_000_000
 # A process younger than this may still be applying ztest's -o options (set_global_var after exec).
 SETTLE_S = 1.0
+RESCAN_S = 2.0
 SYSFS = "/sys/module/zfs/parameters"
 
 
@@ -55,16 +57,19 @@ def _uptime() -> float:
 
 def library_pids(path: str, only: Callable[[int], bool] | None = None) -> list[int]:
     """Processes that map the library (and pass `only`), oldest first."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or (only is not None and not only(int(entry))):
-            continue
+    started = {}
+
+    def maps_it(pid: int) -> bool:
+        if only is not None and not only(pid):
+            return False
         try:
-            load_base(int(entry), path)
-            found.append((_started(int(entry)), int(entry)))
-        except (Gone, OSError, ZfsobsError):    # gone, or one we may not read: not ours to watch
-            continue
-    return [pid for _, pid in sorted(found)]
+            load_base(pid, path)
+        except (Gone, ZfsobsError):       # gone, or one we may not read: not ours to watch
+            return False
+        started[pid] = _started(pid)
+        return True
+
+    return sorted(scan(maps_it), key=started.__getitem__)
 
 
 class ProcessReader:
@@ -75,8 +80,17 @@ class ProcessReader:
         self.target, self.only = target, only
         self.names = [t.name for t in TABLE if _is_global(target, t.name)]
         self.open: ProcessGlobals | None = None
+        self.scanned = 0.0
 
     def read(self) -> tuple[int, dict[str, int]] | None:
+        # /proc is scanned again only every RESCAN_S (about 1 ms a scan); the open process is read
+        # at every poll, and a new one is looked for at once when it ends
+        if self.open is not None and time.monotonic() - self.scanned < RESCAN_S:
+            try:
+                return self.open.pid, {name: self.open.read(name) for name in self.names}
+            except (Gone, OSError):
+                pass
+        self.scanned = time.monotonic()
         uptime = _uptime()
         for pid in reversed(library_pids(self.target.path, self.only)):
             try:
