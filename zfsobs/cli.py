@@ -287,7 +287,7 @@ def _record(args) -> int:
 def _probe_died(session) -> bool:
     """A probe's bpftrace ended under the session (killed, crashed): the capture is closed and
     valid, but the run is cut short, so the exit status says so."""
-    if session.reason.startswith("bpftrace ("):
+    if session.source.ended and session.reason == session.source.ended:
         print(f"zfsobs: error: {session.reason}", file=sys.stderr)
         return True
     return False

@@ -91,6 +91,7 @@ def dtrace_version(dtrace: str) -> str:
 
 class DtraceSource(BpftraceSource):
     """BpftraceSource's pumps, stop handling (bye) and cleanup, around dtrace processes."""
+    tracer = "dtrace"
 
     def __init__(self, target: Target, probes=DEFAULT_PROBES, tunables: dict | None = None, pools=None):
         self.target = target

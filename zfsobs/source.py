@@ -97,6 +97,7 @@ def _ts(line: str) -> int | None:
 
 
 class BpftraceSource:
+    tracer = "bpftrace"     # in messages; DtraceSource says dtrace
     def __init__(self, target: Target, probes=DEFAULT_PROBES, tunables: dict | None = None):
         self.target = target
         self.bpftrace = check_tracing()
@@ -191,14 +192,14 @@ class BpftraceSource:
                 continue
             err = self._error_text(name)
             if name not in self._attached:
-                raise ZfsobsError(f"bpftrace could not start probe {name!r} on {self.target.name}: "
+                raise ZfsobsError(f"{self.tracer} could not start probe {name!r} on {self.target.name}: "
                                   f"{err or f'exit status {code}'}")
             if not self.ended:
-                self.ended = f"bpftrace ({name}) exited with status {code}" + (f": {err}" if err else "")
+                self.ended = f"{self.tracer} ({name}) exited with status {code}" + (f": {err}" if err else "")
         if not self.ended and time.monotonic() - self._started > START_TIMEOUT:
             late = [n for n, _ in self._procs if n not in self._attached]
             if late:
-                raise ZfsobsError(f"bpftrace did not attach probe(s) {', '.join(late)} within "
+                raise ZfsobsError(f"{self.tracer} did not attach probe(s) {', '.join(late)} within "
                                   f"{START_TIMEOUT:.0f} s")
 
     def _error_text(self, name: str) -> str:
