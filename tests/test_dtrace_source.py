@@ -77,3 +77,11 @@ def test_an_sdt_probe_matches_any_function_an_fbt_probe_only_its_own():
     assert not present("fbt::spa_sync:return", listed) and not present("sdt:::txg-opened", listed)
     state, detail = doctor_dtrace.metric(d_script("txg"), listed)
     assert state == "FAIL" and "fbt::spa_sync:return" in detail and "fix:" in detail
+
+
+def test_probes_list_and_show_the_d_scripts_there(illumos, capsys):
+    from zfsobs.cli import main
+    assert main(["probes", "list"]) == 0
+    assert capsys.readouterr().out.split() == ["txg", "vdev_cache", "vdev_queue", "zil"]
+    assert main(["probes", "show", "txg"]) == 0
+    assert "fbt::spa_sync:entry" in capsys.readouterr().out

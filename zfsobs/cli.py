@@ -374,12 +374,18 @@ def _lab_set(words: list[str]) -> int:
 
 def _probes(args) -> int:
     from zfsobs import probes
+    from zfsobs.platforms import uses_dtrace
+    where = "illumos" if uses_dtrace() else "linux"     # illumos and FreeBSD run the D scripts
     if args.action == "list":
-        for name in probes.available():
+        for name in probes.available(where):
             print(name)
         return 0
     if not args.name:
-        raise ZfsobsError("probes show NAME: which probe? (" + ", ".join(probes.available()) + ")")
+        raise ZfsobsError("probes show NAME: which probe? (" + ", ".join(probes.available(where)) + ")")
+    if where == "illumos":
+        from zfsobs.dtrace_source import d_script
+        sys.stdout.write(d_script(args.name))
+        return 0
     from zfsobs.targets import resolve
     rendered = probes.render(args.name, resolve(args.target))
     sys.stdout.write(rendered.text)
