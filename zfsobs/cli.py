@@ -52,7 +52,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("top", help="live view (line mode when stdout is not a terminal)")
     _target_args(p)
-    p.add_argument("--interval", type=_positive, default=0.5, metavar="S", help="refresh every S seconds (default 0.5)")
+    p.add_argument("--interval", type=_positive, default=1.0, metavar="S", help="refresh every S seconds (default 1)")
     p.add_argument("--record", metavar="FILE", help="also record the stream to FILE")
     p.add_argument("--force", action="store_true", help="overwrite an existing --record FILE")
     p.add_argument("--duration", type=_positive, metavar="S", help="stop after S seconds")

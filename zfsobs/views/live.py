@@ -1,4 +1,4 @@
-"""The live TUI: redraws the screen every --interval seconds (at least 2 Hz), space pauses the display while
+"""The live TUI: redraws the screen every --interval seconds (default 1), space pauses the display while
 recording continues, q quits. Without a terminal the session prints line mode instead."""
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from zfsobs.session import Session
 from zfsobs.views.keys import Keys
 from zfsobs.views.screen import render_screen
 
+KEY_S = 0.2     # how often keys are read
+
 
 def run_live(session: Session, console: Console) -> None:
     status = session.status
@@ -19,6 +21,8 @@ def run_live(session: Session, console: Console) -> None:
         def draw() -> None:
             live.update(render_screen(session.model, status, console.height, time.monotonic_ns()),
                         refresh=True)
+
+        drawn = [time.monotonic()]
 
         def on_tick() -> bool:
             key = keys.read(0)
@@ -29,9 +33,11 @@ def run_live(session: Session, console: Console) -> None:
                     status.paused = not status.paused
                     draw()
                 key = keys.read(0)
-            if not status.paused:
+            # keys every KEY_S, the screen every --interval: a redraw is most of the view's CPU
+            if not status.paused and time.monotonic() - drawn[0] >= session.args.interval:
+                drawn[0] = time.monotonic()
                 draw()
             return True
 
         draw()
-        session.run(on_tick, tick=min(session.args.interval, 0.5))
+        session.run(on_tick, tick=min(session.args.interval, KEY_S))
