@@ -82,6 +82,10 @@ class SelfCost:
             out[name] = {k: round(v - self._base[name][k], 3) for k, v in now[name].items()}
         return out
 
+    def sample(self) -> None:
+        """A reading now, kept for totals() once the tracers have exited."""
+        self._read()
+
     def totals(self) -> dict:
         """For the capture trailer: seconds traced, CPU seconds, BPF run time and count per probe."""
         now = self._now()

@@ -139,7 +139,7 @@ class Session:
         """The probes' last lines into the model and capture before anything closes: a process's
         final counts are printed as it exits, often after the session decided to stop. A second
         SIGINT/SIGTERM during the drain cuts it short; what was read is kept either way."""
-        self.cost.totals()      # a last reading while the tracers still run (they exit in finish)
+        self.cost.sample()      # a last reading while the tracers still run (they exit in finish)
         try:
             for line in self.source.finish():
                 self.pipeline.feed_line(line)
