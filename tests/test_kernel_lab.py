@@ -149,11 +149,17 @@ def test_ctrl_c_reaches_the_guest_command_and_its_capture_survives(tmp_path):
 def test_top_in_the_guest_draws_the_live_view_on_the_host_terminal():
     """The issue's acceptance: `zfsobs lab --kernel -- zfsobs top` on a terminal shows the live view
     of the guest's kernel pool, with the mix workload moving every panel."""
+    import fcntl
     import pty
+    import struct
+    import termios
     master, slave = pty.openpty()
+    # a classic 80x24 terminal: the shortest the screen is made to fit with every panel on it
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     proc = subprocess.Popen([sys.executable, "-m", "zfsobs", "lab", "--kernel", "--", "zfsobs", "top",
                              "--duration", "30"], stdin=subprocess.DEVNULL, stdout=slave,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            env={k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")})
     os.close(slave)
     screen = b""
     while True:

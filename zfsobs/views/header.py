@@ -15,8 +15,9 @@ def render_header(model: Model, status: Status, now_ns: int | None) -> Table:
     meta = status.meta
     target = meta.get("target", {})
     grid = Table.grid(expand=True, padding=(0, 2))
-    grid.add_column(ratio=3)
-    grid.add_column(ratio=2, justify="right")
+    # one screen line per row: a narrow terminal cuts the ends off, it does not push the panels down
+    grid.add_column(ratio=3, no_wrap=True, overflow="ellipsis")
+    grid.add_column(ratio=2, justify="right", no_wrap=True, overflow="ellipsis")
     where = f"{target.get('kind', '?')} · OpenZFS {target.get('zfs_version', '?')}"
     if target.get("path"):
         where += f" · {target['path']}"

@@ -1,9 +1,13 @@
 """The whole screen, the same for live and replay: header, the tuning panel once a tunable changed,
-then one panel per metric (and before any change a line with the watched tunables' values)."""
+then one panel per metric (and before any change a line with the watched tunables' values).
+It fits the terminal: on a short one the tables give up rows before any panel is cropped away."""
 from __future__ import annotations
 
-from rich.console import Group
+from dataclasses import dataclass, replace
+
+from rich.console import Console, ConsoleOptions
 from rich.panel import Panel
+from rich.segment import Segment
 
 from zfsobs.model import Model
 from zfsobs.views.header import render_header
@@ -16,26 +20,69 @@ from zfsobs.views.vq_panel import render_vq
 from zfsobs.views.zil_panel import render_zil
 
 
-def render_screen(model: Model, status: Status, height: int, now_ns: int | None = None) -> Group:
-    panels = 3
-    changed = model.tuning.latest is not None
-    # the tuning panel (a change's before/after) comes out of the three metric panels' shares,
-    # rounded up per panel: their row counts are divided down from `body`. Before a change it is
-    # one dim line, placed last: the first thing a short terminal crops (the rest needs ~31 lines)
-    tune_rows = 6 if height >= 50 else 3 if height >= 38 else 1
-    reserve = tuning_height(model, tune_rows) if changed or height >= 38 else 0
-    body = max(12, height - 8 - panels * -(-reserve // panels))
-    txg_pools = max(1, len(model.txg.pools))
-    zil_pools = max(1, len(model.zil.pools))
-    txg_rows = max(3, body // panels // txg_pools - 4)
-    zil_rows = max(3, body // panels // zil_pools - 5)
-    vq_rows = max(4, body // panels - 3)
-    # the vdev_cache panel is one line unless the cache is on (then it takes a few vdev rows)
-    vc_rows = 3 if model.vc.state()[0] == "active" else 0
-    tuning = render_tuning(model, status.meta, tune_rows, now_ns)
-    tuning = [tuning] if tuning is not None else []
-    marks = [c.ts for c in model.tuning.changes]
-    return Group(Panel(render_header(model, status, now_ns)), *(tuning if changed else []),
-                 render_txg(model.txg, txg_rows, marks), render_zil(model, zil_rows, now_ns),
-                 render_vq(model, max(4, vq_rows - vc_rows), now_ns),
-                 render_vc(model, status.meta, vc_rows, now_ns), *([] if changed else tuning))
+@dataclass(frozen=True)
+class Rows:
+    """Table rows per panel: txg and ZIL per pool (0: summary lines only), vdev queue vdevs, and
+    vdev_cache vdevs (0: its state on one line)."""
+    txg: int
+    zil: int
+    vq: int
+    vc: int
+
+
+def render_screen(model: Model, status: Status, height: int, now_ns: int | None = None) -> "Screen":
+    return Screen(model, status, height, now_ns)
+
+
+class Screen:
+    def __init__(self, model: Model, status: Status, height: int, now_ns: int | None):
+        self.model, self.status, self.height, self.now = model, status, height, now_ns
+        self.changed = model.tuning.latest is not None
+        # the tuning panel (a change's before/after) comes out of the three metric panels' shares,
+        # rounded up per panel. Before a change it is one dim line, placed last: the first thing a
+        # short terminal crops
+        self.tune_rows = 6 if height >= 50 else 3 if height >= 38 else 1
+        reserve = tuning_height(model, self.tune_rows) if self.changed or height >= 38 else 0
+        body = max(12, height - 8 - 3 * -(-reserve // 3))
+        vc = 3 if model.vc.state()[0] == "active" else 1
+        vq = max(4, body // 3 - 3)
+        self.rows = Rows(txg=max(3, body // 3 // max(1, len(model.txg.pools)) - 4),
+                         zil=max(3, body // 3 // max(1, len(model.zil.pools)) - 5),
+                         vq=max(4, vq - (vc if vc > 1 else 0)), vc=vc)
+
+    def _blocks(self, rows: Rows) -> list:
+        m, now = self.model, self.now
+        tuning = render_tuning(m, self.status.meta, self.tune_rows, now)
+        tuning = [tuning] if tuning is not None else []
+        marks = [c.ts for c in m.tuning.changes]
+        return [Panel(render_header(m, self.status, now)), *(tuning if self.changed else []),
+                render_txg(m.txg, rows.txg, marks), render_zil(m, rows.zil, now),
+                render_vq(m, rows.vq, now), render_vc(m, self.status.meta, rows.vc, now),
+                *([] if self.changed else tuning)]
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions):
+        opts = options.update(height=None)
+        rows, lines = self.rows, []
+        # a tall terminal renders once; a short one steps down the ladder until the screen fits
+        for cut in (None, _fewer_vdevs, _summaries, _fewer_vdevs):
+            if cut is not None:
+                smaller = cut(rows, len(lines) - self.height)
+                if smaller == rows:
+                    continue
+                rows = smaller
+            lines = [line for block in self._blocks(rows) for line in console.render_lines(block, opts, pad=False)]
+            if len(lines) <= self.height:
+                break
+        for line in lines[:max(1, self.height)]:
+            yield from line
+            yield Segment.line()
+
+
+def _fewer_vdevs(rows: Rows, over: int) -> Rows:
+    """The vdev queue gives up its quietest vdevs (to 3 while the tables are shown, then to 1)."""
+    return replace(rows, vq=max(3 if rows.txg else 1, rows.vq - over))
+
+
+def _summaries(rows: Rows, over: int) -> Rows:
+    """The txg and ZIL tables go (their summary lines and sparklines stay); vdev_cache keeps one line."""
+    return replace(rows, txg=0, zil=0, vc=0)

@@ -9,13 +9,13 @@ from rich.table import Table
 from rich.text import Text
 
 from zfsobs.model.txg import TxgModel
-from zfsobs.views.units import marked_sparkline, mib, ms
+from zfsobs.views.units import Tail, marked_sparkline, mib, ms
 
 BAR_WIDTH = 24
 
 
 def render_txg(model: TxgModel, rows_per_pool: int, changes: list[int] = ()) -> Panel:
-    """`changes`: monotonic ns of tunable changes, marked on the sparkline."""
+    """`rows_per_pool` 0: the summary lines only. `changes`: monotonic ns of tunable changes, marked on the sparkline."""
     if not model.pools:
         return Panel(Text("waiting for the first txg sync…", style="dim"), title="txg sync")
     parts = []
@@ -36,8 +36,10 @@ def _pool(model: TxgModel, pool: str, nrows: int, changes) -> list:
     # sample; only changes between two txgs of the window (an older one would mark the first)
     ends = [r.start_ns + r.sync_ns for r in window]
     marks = [next((i for i, t in enumerate(ends) if t >= c), 0) for c in changes]
-    spark = Text.assemble(("sync  ", "dim"), marked_sparkline([r.sync_ns for r in window], 100, "cyan",
-                                                              [i for i in marks if i > 0]))
+    spark = Tail(Text("sync  ", style="dim"), marked_sparkline([r.sync_ns for r in window], 100, "cyan",
+                                                               [i for i in marks if i > 0]))
+    if nrows <= 0:
+        return [line, spark]
     table = Table(expand=True, box=None, padding=(0, 1), header_style="bold")
     for name in ("txg", "pid", "sync ms", "interval ms", "dirty MiB", "open ms", "quiesce ms",
                  "wait ms"):

@@ -49,3 +49,15 @@ def wallclock(meta: dict, ts: int | None) -> str:
         return "-"
     wall = meta["start_wall_ns"] + (ts - meta["start_mono_ns"])
     return time.strftime("%H:%M:%S", time.localtime(wall / 1e9)) + f".{int(wall / 1e6) % 1000:03d}"
+
+
+class Tail:
+    """`label` then `line`, on one line: on a narrow terminal `line` (a sparkline) loses its oldest
+    samples, on the left, instead of wrapping."""
+
+    def __init__(self, label: Text, line: Text):
+        self.label, self.line = label, line
+
+    def __rich_console__(self, console, options):
+        room = max(0, options.max_width - len(self.label))
+        yield Text.assemble(self.label, self.line[max(0, len(self.line) - room):], no_wrap=True)

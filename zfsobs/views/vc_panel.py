@@ -27,6 +27,8 @@ def render_vc(model: Model, meta: dict, rows: int, now_ns: int | None) -> Panel:
     if state != "active":
         if "vdev_cache" not in model.probes and not unavailable and state == "unknown":
             head = Text("vdev_cache probe not running (see the status line)", style="dim")
+        if rows <= 0:             # a short terminal: the state on one line
+            head.no_wrap, head.overflow = True, "ellipsis"
         return Panel(head, title=title, title_align="left")
     end = now_ns if now_ns is not None else model.vc.last_ts
     t0 = end - int(WINDOW_S * 1e9)

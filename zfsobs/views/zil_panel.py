@@ -44,6 +44,8 @@ def _pool(model: Model, pool: str, nrows: int, now: int) -> list:
     hist = _histogram(st["lat_hist"])
     if hist is not None:
         parts.append(hist)
+    if nrows <= 0:
+        return parts
     txgs = model.txg.pools.get(pool)
     syncs = {(r.pid, r.txg): r.sync_ns for r in txgs.window()} if txgs else {}
     table = Table(expand=True, box=None, padding=(0, 1), header_style="bold")
@@ -67,7 +69,7 @@ def _histogram(hist: list[int]) -> Text | None:
     lo, hi = used[0], used[-1]
     return Text.assemble(("commit latency ", "dim"), (f"{_label(lat_bounds(lo)[0])} ", "dim"),
                          (sparkline(hist[lo:hi + 1], 60), "magenta"),
-                         (f" {_label(lat_bounds(hi)[1])}", "dim"))
+                         (f" {_label(lat_bounds(hi)[1])}", "dim"), no_wrap=True, overflow="ellipsis")
 
 
 def _label(ns: float) -> str:

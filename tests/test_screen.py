@@ -1,0 +1,60 @@
+"""The live/replay screen fits the terminal: on 80x24 every panel is still there (the tables give
+up their rows first), on a tall one the tables are shown. Fed the recorded captures in tests/data
+(real bpftrace on the real libzpool; ./scripts/record-fixtures re-records them)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+from rich.console import Console
+
+from conftest import DATA, recorded_capture
+from zfsobs.capture import read_capture
+from zfsobs.events import Parser, parse_all
+from zfsobs.model import Model
+from zfsobs.views.screen import render_screen
+from zfsobs.views.status import Status
+
+TITLES = ("txg sync", "ZIL", "vdev queue", "vdev_cache")
+COST = "cost: zfsobs 17.6% · bpftrace 1.4% of a CPU · BPF run time off (sysctl kernel.bpf_stats_enabled=1)"
+
+
+@pytest.fixture(scope="module", params=["lab", "vdev-cache"])
+def fed(request):
+    path = recorded_capture() if request.param == "lab" else os.path.join(DATA, "vdev-cache-2.1.11.cap")
+    cap = read_capture(path)
+    model = Model()
+    for ev in parse_all(cap.lines, Parser()):
+        model.feed(ev)
+    status = Status(cap.meta, mode="live")
+    status.cost = COST
+    return model, status
+
+
+def draw(fed, width: int, height: int) -> list[str]:
+    model, status = fed
+    console = Console(record=True, width=width, height=height, file=open(os.devnull, "w"))
+    console.print(render_screen(model, status, height, model.last_ts))
+    return console.export_text().splitlines()
+
+
+@pytest.mark.parametrize("width,height", [(80, 24), (100, 30), (120, 40), (160, 60)])
+def test_every_panel_fits_the_terminal(fed, width, height):
+    lines = draw(fed, width, height)
+    text = "\n".join(lines)
+    assert len(lines) <= height and max(map(len, lines)) <= width
+    assert "zfsobs" in lines[1] and "OpenZFS 2.1.11" in lines[1]
+    for title in TITLES:
+        assert f"─ {title}" in text, (title, text)
+    assert "cost: zfsobs 17.6%" in text                              # the cost line, on one line
+
+
+def test_a_tall_terminal_shows_the_tables_a_short_one_the_summaries(fed):
+    tall, short = "\n".join(draw(fed, 160, 60)), "\n".join(draw(fed, 80, 24))
+    for text in (tall, short):
+        assert "last 60 s:" in text and "sync  " in text               # txg summary and sparkline
+    assert "interval ms" in tall and "lat p50 ms" in tall                # the txg and ZIL tables
+    assert "interval ms p50" in short and "lat p50 ms" not in short     # summary only
+    # the vdev queue keeps its busiest vdevs: the header row and at least one vdev
+    vq = short[short.index("─ vdev queue"):].splitlines()
+    assert "vdev (act mean" in vq[1] and "/" in vq[2]
