@@ -21,6 +21,23 @@ def recorded_capture() -> str:
     return paths[-1]
 
 
+def guest_run(tmp_path_factory, env_dir: str, script: str, args=(), timeout: float = 1200,
+              lab=("--workload", "none")):
+    """The directory a kernel lab guest filled running scripts/SCRIPT DIR ARGS (`env_dir` names a
+    variable that points at a finished run instead, to check it again while changing tests)."""
+    import pathlib
+    import sys
+    if os.environ.get(env_dir):
+        return pathlib.Path(os.environ[env_dir])
+    out = tmp_path_factory.mktemp(script)
+    cmd = [sys.executable, "-m", "zfsobs", "lab", "--kernel", *lab, "--share", str(out), "--",
+           f"scripts/{script}", str(out), *args]
+    res = subprocess.run(cmd, cwd=os.path.dirname(os.path.dirname(DATA)), capture_output=True, text=True,
+                         timeout=timeout)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return out
+
+
 def load_capture(path: str, kind: str):
     """(capture, a whole-capture Model fed with it, its events of `kind`)."""
     from zfsobs.capture import read_capture

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 import statistics
 import subprocess
 import sys
 
 import pytest
 
-from conftest import kernel_lab_ready, load_capture
+from conftest import guest_run, kernel_lab_ready, load_capture
+from zfsobs import kstats
 from zfsobs.model.vdev_queue import CLASSES
 
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(bool(kernel_lab_ready()), reason=kernel_lab_ready() or "ready")]
@@ -26,20 +26,12 @@ RUNS = ("fidelity", "tail", "slog", "noslog", "awq1", "awq10", "awqset", "txgt5"
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
-    if os.environ.get("ZFSOBS_FIDELITY_DIR"):      # check a finished run again (while changing tests)
-        return pathlib.Path(os.environ["ZFSOBS_FIDELITY_DIR"])
-    out = tmp_path_factory.mktemp("kernel-fidelity")
-    cmd = [sys.executable, "-m", "zfsobs", "lab", "--kernel", "--workload", "none", "--share", str(out),
-           "-o", f"zfs_vdev_cache_size={CACHE_SIZE}", "--", "scripts/kernel-fidelity", str(out), *RUNS]
-    res = subprocess.run(cmd, cwd=PROJECT, capture_output=True, text=True, timeout=2400)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return out
+    return guest_run(tmp_path_factory, "ZFSOBS_FIDELITY_DIR", "kernel-fidelity", RUNS, timeout=2400,
+                     lab=("--workload", "none", "-o", f"zfs_vdev_cache_size={CACHE_SIZE}"))
 
 
 def kstat(path) -> dict[str, int]:
-    """A named kstat file (`name type data` rows after two header lines)."""
-    rows = path.read_text().splitlines()[2:]
-    return {name: int(value) for name, _, value in (r.split() for r in rows)}
+    return kstats.named(path.read_text())
 
 
 def delta(out, run: str, name: str) -> dict[str, int]:
@@ -51,17 +43,8 @@ def report(out, run: str) -> dict:
     return json.loads((out / f"{run}.json").read_text())["summary"]
 
 
-def txg_history(path) -> dict[int, dict[str, int]]:
-    """/proc/spl/kstat/zfs/<pool>/txgs: per txg its state and times (ns)."""
-    lines = path.read_text().split("\n")
-    header = lines[0].split()
-    rows = {}
-    for line in lines[1:]:
-        parts = line.split()
-        if len(parts) == len(header):
-            row = dict(zip(header, parts))
-            rows[int(row["txg"])] = {k: (v if k == "state" else int(v)) for k, v in row.items()}
-    return rows
+def txg_history(path) -> dict[int, dict]:
+    return kstats.txgs(path.read_text())
 
 
 def test_every_run_recorded_the_kernel_pool(out):
@@ -115,17 +98,14 @@ def test_vdev_cache_hits_and_misses_equal_vdev_cache_stats(out):
 
 def iostat_q(path) -> list[tuple[int, str, dict[str, tuple[int, int]]]]:
     """zpool iostat -q -v -H -p -T u: (unix time, vdev name, {class: (pending, active)})."""
-    classes = ("sync_read", "sync_write", "async_read", "async_write", "scrub", "trim")
     rows, now = [], 0
     for line in path.read_text().splitlines():
-        parts = line.split("\t") if "\t" in line else line.split()
-        if len(parts) == 1 and parts[0].isdigit():
-            now = int(parts[0])
+        if line.strip().isdigit():
+            now = int(line)
             continue
-        if len(parts) < 7 + 2 * len(classes) or not now:
-            continue
-        nums = [int(p) if p.isdigit() else 0 for p in parts[7:7 + 2 * len(classes)]]
-        rows.append((now, parts[0].strip(), {c: (nums[2 * i], nums[2 * i + 1]) for i, c in enumerate(classes)}))
+        row = kstats.iostat_q_row(line)
+        if row and now:
+            rows.append((now, row[0], {CLASSES[c]: depth for c, depth in row[1].items()}))
     return rows
 
 

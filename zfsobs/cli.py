@@ -34,6 +34,9 @@ def _target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lab-time", type=_positive, metavar="S",
                    help="with --lab: ztest runs S seconds and ends by itself, which ends the session "
                         "(a clean end: every commit and txg in flight completes)")
+    p.add_argument("--source", choices=("auto", "trace", "kstat"), default="auto",
+                   help="trace (bpftrace as root), kstat (ZFS's own counters, no root; fewer fields: "
+                        "docs/kstat.md), or auto: trace if it can run here, else kstat (the header says which)")
     p.add_argument("-p", "--pool", action="append", default=[], metavar="POOL",
                    help="only this pool (repeatable; default: all pools)")
 
@@ -268,6 +271,10 @@ def _record(args) -> int:
     from zfsobs.session import Session
     started = time.monotonic()
     with Session(args) as session:
+        kstat = session.source.meta.get("kstat")
+        if kstat:
+            print(f"zfsobs: kstat mode ({kstat['why']}): ZFS's own counters, fewer fields (docs/kstat.md)",
+                  file=sys.stderr)
         print(f"zfsobs: recording {session.source.target.name} to {args.record}"
               + (f" for {args.duration:g} s" if args.duration else "")
               + (" (Ctrl-C stops)" if sys.stdin.isatty() else ""), file=sys.stderr)
@@ -279,7 +286,7 @@ def _record(args) -> int:
           f"({session.capture.bytes} bytes); stopped: {session.reason}", file=sys.stderr)
     cost = session.cost.totals()
     tracers = sum(v["cpu_s"] for v in cost.values() if isinstance(v, dict))
-    print(f"zfsobs: cost: zfsobs {cost['zfsobs_cpu_s']:.1f} CPU-s, bpftrace {tracers:.1f} CPU-s "
+    print(f"zfsobs: cost: zfsobs {cost['zfsobs_cpu_s']:.1f} CPU-s, {session.source.tracer} {tracers:.1f} CPU-s "
           f"in {cost['seconds']:.0f} s (the probes' own run time: see docs/performance.md)", file=sys.stderr)
     return 1 if _probe_died(session) else 0
 

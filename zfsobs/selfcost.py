@@ -51,9 +51,11 @@ class SelfCost:
     """Totals since start per probe and for zfsobs; `line()` is the header's rates over the last
     EVERY_S seconds or more."""
 
-    def __init__(self, probes: dict[str, int]):
-        """Made once the probes are attached: their compile time is not what tracing costs."""
+    def __init__(self, probes: dict[str, int], tracer: str = "bpftrace"):
+        """Made once the probes are attached: their compile time is not what tracing costs.
+        `tracer` names the probes' processes in the line (kstat mode: zpool iostat, no BPF)."""
         self.probes = dict(probes)        # probe name -> bpftrace pid
+        self.tracer = tracer
         self.start = time.monotonic()
         self._seen: dict[str, dict] = {}  # the last reading of each probe and program: kept once gone
         self._base = self._read()
@@ -104,7 +106,9 @@ class SelfCost:
         span = max(1e-9, b["t"] - a["t"])
         share = lambda key: 100 * (b[key] - a[key]) / span    # noqa: E731 - % of one CPU
         tracer = sum(b[n]["cpu_s"] - a[n]["cpu_s"] for n in self.probes) / span * 100
-        text = f"cost: zfsobs {share('zfsobs_cpu_s'):.1f}% · bpftrace {tracer:.1f}% of a CPU"
+        text = f"cost: zfsobs {share('zfsobs_cpu_s'):.1f}% · {self.tracer} {tracer:.1f}% of a CPU"
+        if self.tracer not in ("bpftrace", "dtrace"):
+            return text
         if not stats_enabled():
             return text + " · BPF run time off (sysctl kernel.bpf_stats_enabled=1)"
         ns = sum(b[n]["bpf_run_ns"] - a[n]["bpf_run_ns"] for n in self.probes)

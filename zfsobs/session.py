@@ -58,7 +58,8 @@ class Session:
                 raise ZfsobsError("-o NAME=VALUE, --workload, --lab-time and --zfs are for the lab only (use --lab); "
                                   "zfsobs never writes tunables of a real system")
             target = resolve(args.target)
-        self.source = make_source(target, self.probes, tunables, getattr(args, "pool", None))
+        self.source = make_source(target, self.probes, tunables, getattr(args, "pool", None),
+                                  getattr(args, "source", "auto"))
         self.status = Status(self.source.meta)
         self.status.warnings.extend(f"{name} unavailable: {why}" for name, why in self.source.unavailable.items())
         self.model = Model()
@@ -66,7 +67,7 @@ class Session:
         self.stack.callback(self.source.close)
         self.source.start()
         self._wait_attached()
-        self.cost = SelfCost(self.source.pids)
+        self.cost = SelfCost(self.source.pids, self.source.tracer)
         if self.lab is not None:
             self.stack.callback(self.lab.stop)
             self.lab.start()

@@ -24,6 +24,7 @@ class Model:
         self.vq = VdevQueueModel(prune=keep is not None)
         self.vc = VdevCacheModel(prune=keep is not None)
         self.probes: dict[str, str] = {}      # probe name -> target kind, from hello events
+        self.na: dict[str, frozenset] = {}    # probe name -> fields its source cannot give (kstat mode)
         self.tuning = TuningModel()
         self.samples = SampleModel(self.zil, self.vq, self.vc, self.tuning, self.probes,
                                    None if keep is None else KEEP_NS)
@@ -50,6 +51,8 @@ class Model:
             self._recent.popleft()
         if ev.kind == "hello":
             self.probes[str(ev.get("probe"))] = str(ev.get("target", ""))
+            if ev.get("na"):
+                self.na[str(ev.get("probe"))] = frozenset(str(ev.get("na")).split(","))
         elif ev.kind == "lost":
             self.lost += int(ev.get("count", 0))
             self.lost_by_probe[str(ev.get("probe", "?"))] += int(ev.get("count", 0))

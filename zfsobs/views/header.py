@@ -31,6 +31,9 @@ def render_header(model: Model, status: Status, now_ns: int | None) -> Table:
         ("malformed ", ""), (str(status.malformed), "bold red" if status.malformed else ""),
         ("   lost ", ""), (str(model.lost), "bold red" if model.lost else ""))
     grid.add_row(counts, _mode_text(status))
+    if meta.get("source") == "kstat":
+        why = meta.get("kstat", {}).get("why", "")
+        grid.add_row(Text(f"kstat mode: ZFS's own counters, '-' needs tracing ({why})", style="yellow"), "")
     if status.cost and status.mode == "live":
         grid.add_row(Text(status.cost, style="dim"), "")
     for line in ([status.message] if status.message else []) + status.warnings[:2]:

@@ -9,7 +9,7 @@ from rich.live import Live
 
 from zfsobs.session import Session
 from zfsobs.views.keys import Keys
-from zfsobs.views.screen import render_screen
+from zfsobs.views.screen import Fit, render_screen
 
 KEY_S = 0.2     # how often keys are read
 
@@ -18,8 +18,10 @@ def run_live(session: Session, console: Console) -> None:
     status = session.status
     with Keys() as keys, Live(console=console, screen=True, auto_refresh=False,
                               redirect_stderr=False) as live:
+        fit = Fit()
+
         def draw() -> None:
-            live.update(render_screen(session.model, status, console.height, time.monotonic_ns()),
+            live.update(render_screen(session.model, status, console.height, time.monotonic_ns(), fit),
                         refresh=True)
 
         drawn = [time.monotonic()]

@@ -12,7 +12,7 @@ from zfsobs.capture import Capture
 from zfsobs.events import Event, Parser, parse_all
 from zfsobs.model import Model
 from zfsobs.views.keys import Keys
-from zfsobs.views.screen import render_screen
+from zfsobs.views.screen import Fit, render_screen
 from zfsobs.views.status import Status
 
 SAMPLE_NS = 10**9
@@ -67,7 +67,7 @@ class Replayer:
 def run_replay(capture: Capture, console: Console, speed: float) -> None:
     rp = Replayer(capture, speed)
     with Keys() as keys, Live(console=console, screen=True, auto_refresh=False) as live:
-        last = time.monotonic()
+        last, fit = time.monotonic(), Fit()
         rp.seek(rp.start)
         while True:
             key = keys.read(0.1)
@@ -79,4 +79,4 @@ def run_replay(capture: Capture, console: Console, speed: float) -> None:
                 if rp.cursor >= rp.end:
                     rp.status.paused = True
             last = now
-            live.update(render_screen(rp.model, rp.status, console.height, rp.cursor), refresh=True)
+            live.update(render_screen(rp.model, rp.status, console.height, rp.cursor, fit), refresh=True)

@@ -12,6 +12,7 @@ from zfsobs.model import Model
 from zfsobs.model import vdev_queue as vqm
 from zfsobs.model.vdev_cache import derive
 from zfsobs.model.zil import lat_bounds
+from zfsobs.views.na import blank, dash, unavailable
 from zfsobs.views.units import ms, mib, size
 
 SECTIONS = ("txgs", "zil", "vdev_queue", "vdev_cache")
@@ -48,7 +49,15 @@ def as_dict(capture: Capture, built: tuple[Model, Parser] | None = None) -> dict
         zil_summary[pool] = st
     vq_rows, vq_summary = _vdev_queue(model)
     vc_rows, vc_summary = _vdev_cache(model, meta)
-    return {"meta": meta, "txgs": rows, "zil": [r.as_dict() for r in zil_rows], "vdev_queue": vq_rows,
+    # kstat mode: what the source could not give is null, not 0
+    zna, qna, cna = (unavailable(model, p) for p in ("zil", "vdev_queue", "vdev_cache"))
+    zil_summary = {p: blank(st, zna) for p, st in zil_summary.items()}
+    vq_rows = [blank(r, qna) for r in vq_rows]
+    vq_summary = {p: {c: blank(st, qna) for c, st in classes.items()} for p, classes in vq_summary.items()}
+    vc_rows = [blank(r, cna) for r in vc_rows]
+    vc_summary["pools"] = {p: blank(st, cna) for p, st in vc_summary["pools"].items()}
+    meta["unavailable_fields"] = {p: sorted(model.na[p]) for p in sorted(model.na)}
+    return {"meta": meta, "txgs": rows, "zil": [blank(r.as_dict(), zna) for r in zil_rows], "vdev_queue": vq_rows,
             "vdev_cache": vc_rows,
             "summary": {"txg": summary, "zil": zil_summary, "vdev_queue": vq_summary, "vdev_cache": vc_summary}}
 
@@ -136,6 +145,10 @@ def _text(data: dict) -> str:
              f"{target.get('zfs_version', '?')}  {target.get('path', '')}".rstrip(),
              f"duration {meta['duration_ns'] / 1e9:.1f} s   events {meta['events']}   "
              f"malformed {meta['malformed']}   lost {meta['lost']}"]
+    if meta.get("source") == "kstat":
+        why = meta.get("kstat", {}).get("why")
+        lines.append("source: kstat mode, ZFS's own counters" + (f" ({why})" if why else "")
+                     + "; '-' is what only tracing can show (docs/kstat.md)")
     for warning in meta["warnings"]:
         lines.append(f"warning: {warning}")
     if meta["lost"]:
@@ -158,9 +171,10 @@ def _text(data: dict) -> str:
                  "B-Bytes  <=4kB 4-32kB >=32kB")
     for pool, st in data["summary"]["zil"].items():
         lat = "/".join(ms(st[k], 3) for k in ("lat_mean_ns", "lat_p50_ns", "lat_p99_ns", "lat_max_ns"))
-        lines.append(f"{pool:<18} {st['txgs']:>5} {st['commits']:>8}  {lat:<30} {st['itxs']:>6} {st['lwbs']:>5} "
-                     f"{size(st['nused']):>11} {size(st['size']):>11} {st['lwb_le4k']:>6} {st['lwb_4to32k']:>6} "
-                     f"{st['lwb_ge32k']:>6}")
+        nbytes = "-" if st["size"] is None else size(st["size"])
+        lines.append(f"{pool:<18} {st['txgs']:>5} {st['commits']:>8}  {lat:<30} {dash(st['itxs']):>6} {st['lwbs']:>5} "
+                     f"{size(st['nused']):>11} {nbytes:>11} {dash(st['lwb_le4k']):>6} {dash(st['lwb_4to32k']):>6} "
+                     f"{dash(st['lwb_ge32k']):>6}")
     if not data["summary"]["zil"]:
         lines.append("(no ZIL activity in this capture)")
     lines.append("")
@@ -169,17 +183,17 @@ def _text(data: dict) -> str:
     for pool, classes in data["summary"]["vdev_queue"].items():
         for name, st in classes.items():
             limit = ",".join(map(str, st["max_active"])) or "?"
-            lines.append(f"{pool:<20} {name:<13} {st['vdevs']:>5} {st['enq']:>8} {st['merged']:>8} "
+            lines.append(f"{pool:<20} {name:<13} {st['vdevs']:>5} {dash(st['enq']):>8} {dash(st['merged']):>8} "
                          f"{st['act_max']:>7}/{limit:<5} {st['pend_max']:>9}   "
                          f"{ms(st['wait_mean_ns'], 3):>7}/{ms(st['wait_p99_ns'], 3):<9} "
                          f"{ms(st['dev_mean_ns'], 3):>7}/{ms(st['dev_p99_ns'], 3)}")
     if not data["summary"]["vdev_queue"]:
         lines.append("(no vdev queue activity in this capture)")
-    untracked = sum(st["untracked"] for c in data["summary"]["vdev_queue"].values() for st in c.values())
+    untracked = sum(st["untracked"] or 0 for c in data["summary"]["vdev_queue"].values() for st in c.values())
     if untracked:
         lines.append(f"warning: {untracked} queued I/Os were not followed (more in flight than the probe's "
                      "maps hold, BPFTRACE_MAP_KEYS_MAX); depths and counts exclude them")
-    unseen = sum(st["unseen"] for c in data["summary"]["vdev_queue"].values() for st in c.values())
+    unseen = sum(st["unseen"] or 0 for c in data["summary"]["vdev_queue"].values() for st in c.values())
     if unseen:
         lines.append(f"warning: {unseen} device I/Os completed that the probe never saw issued (untracked, or "
                      "probe events the kernel dropped); done counts exclude them")
@@ -191,7 +205,8 @@ def _text(data: dict) -> str:
         for pool, st in vc["pools"].items():
             def x(v):
                 return "-" if v is None else f"{v:.2f}x"
-            lines.append(f"{pool:<20} {st['reads']:>8} {st['hits']:>8} {st['misses']:>8} {st['declined']:>8} "
-                         f"{size(st['hit_bytes'] + st['miss_bytes']):>15} {size(st['fill_bytes']):>14} "
+            asked = "-" if st["hit_bytes"] is None or st["miss_bytes"] is None else size(st["hit_bytes"] + st["miss_bytes"])
+            lines.append(f"{pool:<20} {dash(st['reads']):>8} {st['hits']:>8} {st['misses']:>8} {dash(st['declined']):>8} "
+                         f"{asked:>15} {size(st['fill_bytes']):>14} "
                          f"{x(st['inflation']):>10} {x(st['net']):>6} {x(st['amplification']):>18}")
     return "\n".join(lines) + "\n"

@@ -30,13 +30,22 @@ class Rows:
     vc: int
 
 
-def render_screen(model: Model, status: Status, height: int, now_ns: int | None = None) -> "Screen":
-    return Screen(model, status, height, now_ns)
+class Fit:
+    """What fitted the last frame: the next one starts from it, so a screen that had to step down
+    renders once, not twice, each refresh (a render is most of the live view's CPU)."""
+    def __init__(self):
+        self.key: tuple | None = None
+        self.rows: Rows | None = None
+
+
+def render_screen(model: Model, status: Status, height: int, now_ns: int | None = None,
+                  fit: Fit | None = None) -> "Screen":
+    return Screen(model, status, height, now_ns, fit)
 
 
 class Screen:
-    def __init__(self, model: Model, status: Status, height: int, now_ns: int | None):
-        self.model, self.status, self.height, self.now = model, status, height, now_ns
+    def __init__(self, model: Model, status: Status, height: int, now_ns: int | None, fit: Fit | None = None):
+        self.model, self.status, self.height, self.now, self.fit = model, status, height, now_ns, fit
         self.changed = model.tuning.latest is not None
         # the tuning panel (a change's before/after) comes out of the three metric panels' shares,
         # rounded up per panel. Before a change it is one dim line, placed last: the first thing a
@@ -62,7 +71,9 @@ class Screen:
 
     def __rich_console__(self, console: Console, options: ConsoleOptions):
         opts = options.update(height=None)
-        rows, lines = self.rows, []
+        key = (self.height, options.max_width, self.rows)
+        fit = self.fit if self.fit is not None and self.fit.key == key else None
+        rows, lines = (fit.rows if fit and fit.rows else self.rows), []
         # a tall terminal renders once; a short one steps down the ladder until the screen fits
         for cut in (None, _fewer_vdevs, _summaries, _fewer_vdevs):
             if cut is not None:
@@ -73,6 +84,10 @@ class Screen:
             lines = [line for block in self._blocks(rows) for line in console.render_lines(block, opts, pad=False)]
             if len(lines) <= self.height:
                 break
+        if self.fit is not None:
+            # keep a cut that fitted snugly; with room to spare, the next frame tries the full rows again
+            snug = rows != self.rows and len(lines) >= self.height - 2      # or the most it could cut
+            self.fit.key, self.fit.rows = key, rows if snug else None
         for line in lines[:max(1, self.height)]:
             yield from line
             yield Segment.line()

@@ -13,6 +13,8 @@ from rich.text import Text
 
 from zfsobs.model import Model
 from zfsobs.model.vdev_cache import derive
+from zfsobs.views.na import blank
+from zfsobs.views.na import unavailable as na_fields
 from zfsobs.views.units import size
 
 WINDOW_S = 1.0
@@ -32,6 +34,7 @@ def render_vc(model: Model, meta: dict, rows: int, now_ns: int | None) -> Panel:
         return Panel(head, title=title, title_align="left")
     end = now_ns if now_ns is not None else model.vc.last_ts
     t0 = end - int(WINDOW_S * 1e9)
+    na = na_fields(model, "vdev_cache")        # kstat mode: hits and misses, no bytes asked
     table = Table(expand=True, box=None, padding=(0, 1), header_style="bold")
     for name, justify in (("pool / vdev", "left"), ("reads/s", "right"), ("hit%", "right"),
                           ("miss/s", "right"), ("declined/s", "right"), ("asked (cached)", "right"),
@@ -42,11 +45,11 @@ def render_vc(model: Model, meta: dict, rows: int, now_ns: int | None) -> Panel:
     for pool, w in sorted(model.vc.by_pool(t0, end).items()):
         if not w["reads"]:
             continue            # a pool gone or idle
-        table.add_row(*_cells(pool, derive(w), bold=True))
+        table.add_row(*_cells(pool, blank(derive(w), na), bold=True))
         vdevs = [(v, v.window(t0, end)) for v in model.vc.vdevs.values() if v.pool == pool]
         vdevs = sorted(((v, w) for v, w in vdevs if w and w["reads"] > 0), key=lambda x: -x[1]["reads"])
         for v, w in vdevs[:max(0, rows - 2 - shown)]:
-            table.add_row(*_cells("  " + os.path.basename(v.path), derive(w)))
+            table.add_row(*_cells("  " + os.path.basename(v.path), blank(derive(w), na)))
             shown += 1
         shown += 1
     return Panel(Group(head, table), title=f"{title}, last {WINDOW_S:g} s", title_align="left")
@@ -55,11 +58,15 @@ def render_vc(model: Model, meta: dict, rows: int, now_ns: int | None) -> Panel:
 def _cells(name: str, d: dict, bold: bool = False) -> list:
     def x(v):
         return "-" if v is None else f"{v:.2f}x"
+
+    def n(v):
+        return "-" if v is None else f"{v:.0f}"
     infl = d["inflation"]
-    return [Text(name, style="bold" if bold else ""), f"{d['reads']:.0f}",
+    asked = None if d["hit_bytes"] is None or d["miss_bytes"] is None else d["hit_bytes"] + d["miss_bytes"]
+    return [Text(name, style="bold" if bold else ""), n(d["reads"]),
             "-" if d["hit_ratio"] is None else f"{100 * d['hit_ratio']:.0f}",
-            f"{d['misses']:.0f}", f"{d['declined']:.0f}",
-            size(d["hit_bytes"] + d["miss_bytes"]) + "/s", size(d["fill_bytes"]) + "/s",
+            n(d["misses"]), n(d["declined"]),
+            "-" if asked is None else size(asked) + "/s", size(d["fill_bytes"]) + "/s",
             Text(x(infl), style="bold red" if infl and infl >= 2 else ""),
             Text(x(d["net"]), style="red" if d["net"] and d["net"] > 1 else "green" if d["net"] else ""),
             x(d["amplification"])]

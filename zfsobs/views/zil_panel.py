@@ -10,10 +10,12 @@ from rich.text import Text
 
 from zfsobs.model import Model
 from zfsobs.model.zil import lat_bounds, lat_quantile
+from zfsobs.views.na import blank, unavailable
 from zfsobs.views.units import ms, size, sparkline
 
 WINDOW_NS = 60 * 10**9
 RATE_NS = 5 * 10**9
+SIZES = ("lwb_le4k", "lwb_4to32k", "lwb_ge32k")
 COLUMNS = ("txg", "sync ms", "commits", "lat p50 ms", "lat max ms", "itxs", "write KiB", "lwbs",
            "N-Bytes", "B-Bytes", "<=4kB", "4-32kB", ">=32kB")
 
@@ -33,15 +35,17 @@ def render_zil(model: Model, rows_per_pool: int, now_ns: int | None) -> Panel:
 def _pool(model: Model, pool: str, nrows: int, now: int) -> list:
     state = model.zil.pools[pool]
     window = state.window(now - WINDOW_NS)
-    st = model.zil.stats(pool, window)
+    na = unavailable(model, "zil")               # kstat mode: no latency, itxs or block sizes
+    st = blank(model.zil.stats(pool, window), na)
     rate = state.bytes_between(now - RATE_NS, now) / (RATE_NS / 1e9)
     top = state.max_rate(now - WINDOW_NS, now)
+    latency = ("latency -" if "lat_ns" in na else f"latency ms p50 ≤{ms(st['lat_p50_ns'], 3)}"
+               f"  p99 ≤{ms(st['lat_p99_ns'], 3)}  max {ms(st['lat_max_ns'], 3)}")
     line = Text.assemble(
-        (pool, "bold"), f"  last 60 s: {st['commits']} commits  latency ms p50 ≤{ms(st['lat_p50_ns'], 3)}"
-        f"  p99 ≤{ms(st['lat_p99_ns'], 3)}  max {ms(st['lat_max_ns'], 3)}   "
+        (pool, "bold"), f"  last 60 s: {st['commits']} commits  {latency}   "
         f"N-Bytes/s {size(int(rate))}  max {size(int(top))}/s")
     parts = [line]
-    hist = _histogram(st["lat_hist"])
+    hist = _histogram(st["lat_hist"] or [])
     if hist is not None:
         parts.append(hist)
     if nrows <= 0:
@@ -53,10 +57,12 @@ def _pool(model: Model, pool: str, nrows: int, now: int) -> list:
         table.add_column(name, justify="right", no_wrap=True)
     for r in window[-nrows:][::-1]:
         c = r.counts
+        cells = (ms(lat_quantile(r.lat_hist, 0.5, r.lat_max_ns), 3), ms(r.lat_max_ns if c["commits"] else None, 3),
+                 str(c["itxs"]), f"{c['write_bytes'] / 1024:.1f}", str(c["lwbs"]), str(c["nused"]), str(c["size"]),
+                 str(c["lwb_le4k"]), str(c["lwb_4to32k"]), str(c["lwb_ge32k"]))
+        made_of = ("lat_ns", "lat_ns", "itxs", "write_bytes", "lwbs", "nused", "size", *SIZES)
         table.add_row(str(r.txg) + ("" if r.final else "*"), ms(syncs.get((r.pid, r.txg))), str(c["commits"]),
-                      ms(lat_quantile(r.lat_hist, 0.5, r.lat_max_ns), 3), ms(r.lat_max_ns if c["commits"] else None, 3), str(c["itxs"]),
-                      f"{c['write_bytes'] / 1024:.1f}", str(c["lwbs"]), str(c["nused"]), str(c["size"]),
-                      str(c["lwb_le4k"]), str(c["lwb_4to32k"]), str(c["lwb_ge32k"]))
+                      *("-" if f in na else v for f, v in zip(made_of, cells)))
     parts.append(table)
     return parts
 

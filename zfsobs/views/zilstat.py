@@ -15,11 +15,13 @@ from collections import Counter
 
 from zfsobs.events import Event
 from zfsobs.model import Model
+from zfsobs.views.na import unavailable
 from zfsobs.views.units import wallclock
 
 COLUMNS = ("N-Bytes", "N-Bytes/s", "N-Max-Rate", "B-Bytes", "B-Bytes/s", "B-Max-Rate", "ops", "<=4kB",
            "4-32kB", ">=32kB")
 SIZES = ("lwb_le4k", "lwb_4to32k", "lwb_ge32k")
+NA_COLUMNS = ("nused",) * 3 + ("size",) * 3 + ("lwbs",) + SIZES     # the field each column is made of
 GRACE_NS = 10**9
 
 
@@ -72,6 +74,8 @@ class Zilstat:
         values = [num(nbytes), num(per_s(nbytes)), num(max(nmax, per_s(nbytes) if seconds < 1 else 0)),
                   num(bbytes), num(per_s(bbytes)), num(max(bmax, per_s(bbytes) if seconds < 1 else 0)),
                   str(counts["lwbs"])] + [str(counts[k]) for k in SIZES]
+        na = unavailable(self.model, "zil")       # kstat mode: no block sizes
+        values = [("-" if col in na else v) for col, v in zip(NA_COLUMNS, values)]
         self.out.write(self._row(lead, values) + "\n")
         self.out.flush()
         self.printed += 1

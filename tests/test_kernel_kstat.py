@@ -1,0 +1,107 @@
+"""kstat mode (no root) against tracing (root), in one kernel lab guest: scripts/kernel-kstat runs
+a root `zfsobs record --source trace` the whole time, and as the user nobody `zfsobs record` (auto
+mode picks kstat: no BPF without root), `top`, `report` and `doctor`, around a fio burst that is the
+pool's only activity. ZFS's txgs kstat, read at the end, is the truth for the per-txg numbers; the
+traced capture is the independent truth for ZIL counts and queue depth. Under TCG ~90 s."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from conftest import guest_run, kernel_lab_ready, load_capture
+from zfsobs import kstats
+from zfsobs.kstat_queue import SAMPLE_S
+from zfsobs.model.vdev_queue import CLASSES
+
+pytestmark = [pytest.mark.kernel, pytest.mark.skipif(bool(kernel_lab_ready()), reason=kernel_lab_ready() or "ready")]
+POOL = "zfsobs_klab"
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    return guest_run(tmp_path_factory, "ZFSOBS_KSTAT_DIR", "kernel-kstat", timeout=1200)
+
+
+def test_without_root_top_record_report_and_doctor_use_kstat_mode(out):
+    capture, model, _ = load_capture(out / "kstat.cap", "txg")
+    assert capture.meta["source"] == "kstat" and "root" in capture.meta["kstat"]["why"], capture.meta.get("kstat")
+    assert capture.trailer and not capture.warnings and model.lost == 0
+    assert (out / "kstat.cap").stat().st_uid == 65534            # written by nobody
+    assert set(model.probes) == {"txg", "zil", "vdev_queue", "vdev_cache"}
+    report = json.loads((out / "kstat.json").read_text())
+    zil = report["summary"]["zil"][POOL]
+    assert zil["commits"] > 100 and zil["lat_p50_ns"] is None and zil["itxs"] is None and zil["size"] is None
+    assert all(r["enq"] is None and r["wait_p99_ns"] is None for r in report["vdev_queue"])
+    assert report["summary"]["vdev_cache"]["state"] == "disabled"     # the module's default size 0
+    top = (out / "top.txt").read_text()
+    assert "kstat mode" in top and "\x1b[" in top
+    for title in ("txg sync", "ZIL", "vdev queue", "vdev_cache"):
+        assert f"─ {title}" in top, title
+    doctor = (out / "doctor.txt").read_text()
+    assert "kstat mode works" in doctor and "zfsobs top would use             kstat mode" in doctor, doctor
+
+
+def test_every_txg_synced_while_recording_equals_the_txgs_kstat(out):
+    """Each txg event is the kstat's own row (sync time = stime, state times, ndirty), none is
+    missing, and tracing (root) saw the same txgs with the same open and quiesce times."""
+    history = kstats.txgs((out / "txgs").read_text())
+    _, _, events = load_capture(out / "kstat.cap", "txg")
+    seen = [ev.fields for ev in events if ev.fields["pool"] == POOL]
+    assert len(seen) >= 5
+    txgs = [f["txg"] for f in seen]
+    assert txgs == list(range(txgs[0], txgs[-1] + 1))                  # none skipped
+    for f in seen:
+        row = history[f["txg"]]
+        assert row["state"] == "C"
+        assert (f["sync_ns"], f["stime_ns"], f["open_ns"], f["quiesce_ns"], f["wait_ns"], f["dirty"]) == \
+            (row["stime"], row["stime"], row["otime"], row["qtime"], row["wtime"], row["ndirty"]), (f, row)
+    traced = {ev.fields["txg"]: ev.fields for ev in load_capture(out / "trace.cap", "txg")[2]}
+    for f in seen:
+        t = traced[f["txg"]]
+        assert (t["open_ns"], t["quiesce_ns"]) == (f["open_ns"], f["quiesce_ns"])   # wait, stime: the kernel's .part.0 clone
+        # spa_sync() alone is inside the kstat's sync state (which adds the txg history's own I/O stats)
+        assert t["sync_ns"] <= f["sync_ns"] <= t["sync_ns"] + max(0.05 * t["sync_ns"], 2_000_000), (t, f)
+        assert abs(t["start"] - f["start"]) <= 5_000_000, (t["start"], f["start"])   # the raw clock, converted
+
+
+def test_zil_counts_equal_tracing_and_the_zil_kstat(out):
+    """The burst's commits, log blocks and their bytes: the same in kstat mode, in the traced
+    capture and in the zil kstat's change over the whole run."""
+    kstat, traced = load_capture(out / "kstat.cap", "zil")[1], load_capture(out / "trace.cap", "zil")[1]
+    before, after = (kstats.named((out / f"zil.{w}").read_text()) for w in ("before", "after"))
+    truth = {k: after[k] - before[k] for k in after}
+    names = ("commits", "lwbs", "nused", "copied", "needcopy", "indirect")
+    got = {k: kstat.zil.pools[POOL].totals[k] for k in names}
+    assert got == {k: traced.zil.pools[POOL].totals[k] for k in names}
+    assert got["commits"] == truth["zil_commit_count"] > 1000
+    assert got["lwbs"] == truth["zil_itx_metaslab_normal_count"] + truth["zil_itx_metaslab_slog_count"]
+    assert got["nused"] == truth["zil_itx_metaslab_normal_bytes"] + truth["zil_itx_metaslab_slog_bytes"]
+
+
+def test_sampled_queue_depth_agrees_with_the_traced_depth(out):
+    """zpool iostat -q sampled 5x a second vs the probe's exact time-weighted depth, over the time
+    both have lines for (the probe's last line of a burst may carry a depth that ended after it)."""
+    kstat, traced = load_capture(out / "kstat.cap", "vq")[1], load_capture(out / "trace.cap", "vq")[1]
+
+    def by_path(model):
+        return {(model.vq.vdevs[key[:3]].path, s.cls): s for key, s in model.vq.series.items()}
+    ks, ts = by_path(kstat), by_path(traced)
+    compared = set()
+    for key, t in ts.items():
+        k = ks.get(key)
+        assert k is not None, key                        # every busy leaf and class is in both
+        t0, t1 = max(kstat.first_ts, t.lines[0].ts), min(kstat.last_ts, t.last.ts)
+        if t1 - t0 < 5 * 10**9:
+            continue
+        a, b = k.window(t0, t1), t.window(t0, t1)
+        assert a["act_max"] <= t.peak_act and a["pend_max"] <= t.peak_pend, (key, a, t.peak_act, t.peak_pend)
+        # a sampled mean's error: depth X <= peak, so var(X) <= peak * mean; n samples, 3 sigma
+        n = (t1 - t0) / 1e9 / SAMPLE_S
+        for depth, peak in (("act_mean", t.peak_act), ("pend_mean", t.peak_pend)):
+            bound = 0.05 + 3 * math.sqrt(peak * b[depth] / n)
+            assert abs(a[depth] - b[depth]) <= bound, (key, depth, a[depth], b[depth], bound)
+        if b["act_mean"] >= 0.05:
+            compared.add(CLASSES[key[1]])
+    assert {"sync_read", "sync_write", "async_write"} <= compared, compared

@@ -1,0 +1,36 @@
+"""`zfsobs doctor`'s modes: whether kstat mode works here (no root needed), what each mode shows,
+and which one `zfsobs top` will use (--source auto)."""
+from __future__ import annotations
+
+import os
+import shutil
+
+from zfsobs import kstats
+
+SHOWS = ("kstat mode shows: every synced txg exactly as ZFS timed it (sync, open, quiesce, wait, "
+         "dirty); ZIL commits, log blocks and their bytes (N-Bytes), copied/needcopy/indirect; queue "
+         "depth per leaf vdev and class, sampled 5x a second (zpool iostat -q); vdev_cache hits and misses")
+LACKS = ("kstat mode lacks (shown as '-'): commit latency, itx counts and types, log block sizes "
+         "(B-Bytes, size classes), I/Os enqueued/merged/done and queue wait/device times, "
+         "vdev_cache bytes asked and inflation; global kstats go to pool '*' when several pools are imported")
+
+
+def rows(traceable: bool) -> tuple[list[tuple[str, str, str]], bool]:
+    """(status, what, detail) rows, and whether kstat mode works here."""
+    out = []
+    why = ""
+    if not os.path.isdir("/sys/module/zfs") or not os.path.isdir(kstats.KSTAT):
+        why = "no zfs kernel module: kstats exist only for the kernel's pools (not the userland lab)"
+    elif kstats.param("zfs_txg_history") == 0:
+        why = "zfs_txg_history=0: the txgs kstat keeps nothing (echo 100 > /sys/module/zfs/parameters/zfs_txg_history)"
+    works = not why
+    if works and not shutil.which("zpool") and not os.path.exists("/usr/sbin/zpool"):
+        out.append(("warn", "kstat mode: queue depth", "no zpool command: no vdev queue panel in kstat mode"))
+    out.append(("ok" if works else "warn", "kstat mode (no root)", "works here" if works else why))
+    if works:
+        out.append(("ok", "kstat mode: shows", SHOWS))
+        out.append(("ok", "kstat mode: lacks", LACKS))
+    mode = ("trace mode (bpftrace): every field" if traceable else
+            "kstat mode: tracing cannot run here (above)" if works else "none")
+    out.append(("ok" if traceable or works else "FAIL", "zfsobs top would use", mode))
+    return out, works
