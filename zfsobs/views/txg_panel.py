@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from rich.console import Group
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
 from zfsobs.model.txg import TxgModel
-from zfsobs.views.units import Tail, marked_sparkline, mib, ms
+from zfsobs.views.units import Tail, marked_sparkline, mib, ms, numeric_table
 
 BAR_WIDTH = 24
 
@@ -40,15 +39,13 @@ def _pool(model: TxgModel, pool: str, nrows: int, changes) -> list:
                                                                [i for i in marks if i > 0]))
     if nrows <= 0:
         return [line, spark]
-    table = Table(expand=True, box=None, padding=(0, 1), header_style="bold")
-    for name in ("txg", "pid", "sync ms", "interval ms", "dirty MiB", "open ms", "quiesce ms",
-                 "wait ms"):
-        table.add_column(name, justify="right", no_wrap=True)
-    table.add_column("sync time", no_wrap=True)
     top = max((r.sync_ns for r in window), default=1) or 1
+    rows, bars = [], []
     for r in list(window)[-nrows:][::-1]:
-        bar = "█" * max(1, round(r.sync_ns / top * BAR_WIDTH))
         style = "red" if r.sync_ns >= (s["p99"] or 0) and len(window) > 10 else "green"
-        table.add_row(str(r.txg), str(r.pid), ms(r.sync_ns), ms(r.interval_ns), mib(r.dirty_bytes),
-                      ms(r.open_ns), ms(r.quiesce_ns), ms(r.wait_ns), Text(bar, style=style))
+        bars.append(Text("█" * max(1, round(r.sync_ns / top * BAR_WIDTH)), style=style))
+        rows.append([str(r.txg), str(r.pid), ms(r.sync_ns), ms(r.interval_ns), mib(r.dirty_bytes),
+                     ms(r.open_ns), ms(r.quiesce_ns), ms(r.wait_ns)])
+    table = numeric_table(("txg", "pid", "sync ms", "interval ms", "dirty MiB", "open ms", "quiesce ms", "wait ms"),
+                          rows, ("sync time", bars))
     return [line, spark, table]

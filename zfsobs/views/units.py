@@ -61,3 +61,19 @@ class Tail:
     def __rich_console__(self, console, options):
         room = max(0, options.max_width - len(self.label))
         yield Text.assemble(self.label, self.line[max(0, len(self.line) - room):], no_wrap=True)
+
+
+def numeric_table(headers, rows: list[list[str]], last=None):
+    """A right-aligned table of plain strings whose column widths are their longest cell: rich then
+    skips measuring every cell, most of a panel's render time. `last`: (header, [renderable per
+    row]) for a free-width column at the end (the txg panel's bars)."""
+    from rich.table import Table
+    table = Table(expand=True, box=None, padding=(0, 1), header_style="bold")
+    for i, name in enumerate(headers):
+        table.add_column(name, justify="right", no_wrap=True, width=max([len(name)] + [len(r[i]) for r in rows]))
+    if last is not None:
+        table.add_column(last[0], no_wrap=True)
+        rows = [[*r, extra] for r, extra in zip(rows, last[1])]
+    for r in rows:
+        table.add_row(*r)
+    return table

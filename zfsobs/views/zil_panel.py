@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from rich.console import Group
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
 from zfsobs.model import Model
 from zfsobs.model.zil import lat_bounds, lat_quantile
 from zfsobs.views.na import blank, unavailable
-from zfsobs.views.units import ms, size, sparkline
+from zfsobs.views.units import ms, numeric_table, size, sparkline
 
 WINDOW_NS = 60 * 10**9
 RATE_NS = 5 * 10**9
@@ -52,17 +51,16 @@ def _pool(model: Model, pool: str, nrows: int, now: int) -> list:
         return parts
     txgs = model.txg.pools.get(pool)
     syncs = {(r.pid, r.txg): r.sync_ns for r in txgs.window()} if txgs else {}
-    table = Table(expand=True, box=None, padding=(0, 1), header_style="bold")
-    for name in COLUMNS:
-        table.add_column(name, justify="right", no_wrap=True)
+    rows = []
     for r in window[-nrows:][::-1]:
         c = r.counts
         cells = (ms(lat_quantile(r.lat_hist, 0.5, r.lat_max_ns), 3), ms(r.lat_max_ns if c["commits"] else None, 3),
                  str(c["itxs"]), f"{c['write_bytes'] / 1024:.1f}", str(c["lwbs"]), str(c["nused"]), str(c["size"]),
                  str(c["lwb_le4k"]), str(c["lwb_4to32k"]), str(c["lwb_ge32k"]))
         made_of = ("lat_ns", "lat_ns", "itxs", "write_bytes", "lwbs", "nused", "size", *SIZES)
-        table.add_row(str(r.txg) + ("" if r.final else "*"), ms(syncs.get((r.pid, r.txg))), str(c["commits"]),
-                      *("-" if f in na else v for f, v in zip(made_of, cells)))
+        rows.append([str(r.txg) + ("" if r.final else "*"), ms(syncs.get((r.pid, r.txg))), str(c["commits"]),
+                     *("-" if f in na else v for f, v in zip(made_of, cells))])
+    table = numeric_table(COLUMNS, rows)
     parts.append(table)
     return parts
 
