@@ -4,6 +4,7 @@ up their rows first), on a tall one the tables are shown. Fed the recorded captu
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 from rich.console import Console
@@ -81,3 +82,11 @@ def test_a_frame_that_had_to_step_down_makes_the_next_one_render_once(fed, monke
         renders.append(calls[0])
     assert renders[0] >= 2 and renders[1:] == [1, 1], renders
     assert frames[0] == frames[1] == frames[2]
+
+
+@pytest.mark.parametrize("width", [80, 100, 120, 200])
+def test_a_narrow_terminal_drops_minor_columns_instead_of_cutting_every_one(fed, width):
+    text = "\n".join(draw(fed, width, 70))
+    for header in (r"\btxg +sync ms +commits\b", r"\btxg +(pid +)?sync ms +interval ms\b"):   # ZIL, txg tables
+        head = next((ln for ln in text.splitlines() if re.search(header, ln)), None)
+        assert head is not None and "…" not in head, (width, head)

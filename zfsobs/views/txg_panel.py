@@ -8,7 +8,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from zfsobs.model.txg import TxgModel
-from zfsobs.views.units import Tail, marked_sparkline, mib, ms, numeric_table
+from zfsobs.views.units import Tail, marked_sparkline, mib, ms, NumericTable
 
 BAR_WIDTH = 24
 
@@ -46,6 +46,6 @@ def _pool(model: TxgModel, pool: str, nrows: int, changes) -> list:
         bars.append(Text("█" * max(1, round(r.sync_ns / top * BAR_WIDTH)), style=style))
         rows.append([str(r.txg), str(r.pid), ms(r.sync_ns), ms(r.interval_ns), mib(r.dirty_bytes),
                      ms(r.open_ns), ms(r.quiesce_ns), ms(r.wait_ns)])
-    table = numeric_table(("txg", "pid", "sync ms", "interval ms", "dirty MiB", "open ms", "quiesce ms", "wait ms"),
-                          rows, ("sync time", bars))
+    table = NumericTable(("txg", "pid", "sync ms", "interval ms", "dirty MiB", "open ms", "quiesce ms", "wait ms"),
+                         rows, ("sync time", bars), drop=("wait ms", "quiesce ms", "pid", "open ms"))
     return [line, spark, table]

@@ -63,17 +63,29 @@ class Tail:
         yield Text.assemble(self.label, self.line[max(0, len(self.line) - room):], no_wrap=True)
 
 
-def numeric_table(headers, rows: list[list[str]], last=None):
+class NumericTable:
     """A right-aligned table of plain strings whose column widths are their longest cell: rich then
-    skips measuring every cell, most of a panel's render time. `last`: (header, [renderable per
-    row]) for a free-width column at the end (the txg panel's bars)."""
-    from rich.table import Table
-    table = Table(expand=True, box=None, padding=(0, 1), header_style="bold")
-    for i, name in enumerate(headers):
-        table.add_column(name, justify="right", no_wrap=True, width=max([len(name)] + [len(r[i]) for r in rows]))
-    if last is not None:
-        table.add_column(last[0], no_wrap=True)
-        rows = [[*r, extra] for r, extra in zip(rows, last[1])]
-    for r in rows:
-        table.add_row(*r)
-    return table
+    skips measuring every cell, most of a panel's render time. On a terminal too narrow for every
+    column, the columns in `drop` go first, in that order, instead of every column being cut short.
+    `last`: (header, [renderable per row]) for a free-width column at the end (the txg bars)."""
+
+    def __init__(self, headers, rows: list[list[str]], last=None, drop=()):
+        self.headers, self.rows, self.last, self.drop = list(headers), rows, last, drop
+
+    def __rich_console__(self, console, options):
+        from rich.table import Table
+        widths = [max([len(name)] + [len(r[i]) for r in self.rows]) for i, name in enumerate(self.headers)]
+        keep = list(range(len(self.headers)))
+        room = options.max_width - (12 if self.last else 0)
+        for name in self.drop:
+            if sum(widths[i] + 2 for i in keep) <= room:
+                break
+            keep = [i for i in keep if self.headers[i] != name]
+        table = Table(expand=True, box=None, padding=(0, 1), header_style="bold")
+        for i in keep:
+            table.add_column(self.headers[i], justify="right", no_wrap=True, width=widths[i])
+        if self.last is not None:
+            table.add_column(self.last[0], no_wrap=True)
+        for n, r in enumerate(self.rows):
+            table.add_row(*(r[i] for i in keep), *([self.last[1][n]] if self.last else []))
+        yield table

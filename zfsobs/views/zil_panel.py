@@ -10,7 +10,7 @@ from rich.text import Text
 from zfsobs.model import Model
 from zfsobs.model.zil import lat_bounds, lat_quantile
 from zfsobs.views.na import blank, unavailable
-from zfsobs.views.units import ms, numeric_table, size, sparkline
+from zfsobs.views.units import ms, NumericTable, size, sparkline
 
 WINDOW_NS = 60 * 10**9
 RATE_NS = 5 * 10**9
@@ -60,7 +60,8 @@ def _pool(model: Model, pool: str, nrows: int, now: int) -> list:
         made_of = ("lat_ns", "lat_ns", "itxs", "write_bytes", "lwbs", "nused", "size", *SIZES)
         rows.append([str(r.txg) + ("" if r.final else "*"), ms(syncs.get((r.pid, r.txg))), str(c["commits"]),
                      *("-" if f in na else v for f, v in zip(made_of, cells))])
-    table = numeric_table(COLUMNS, rows)
+    table = NumericTable(COLUMNS, rows, drop=(">=32kB", "4-32kB", "<=4kB", "B-Bytes", "write KiB", "itxs",
+                                             "lat max ms", "sync ms"))
     parts.append(table)
     return parts
 
