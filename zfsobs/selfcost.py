@@ -64,13 +64,16 @@ class SelfCost:
 
     def _read(self) -> dict:
         out = {"zfsobs_cpu_s": cpu_seconds("self") or 0.0}
+        # without bpf stats the kernel counts no run time: no need to walk bpftrace's fds for it
+        stats = stats_enabled()
         for name, pid in self.probes.items():
             cpu = cpu_seconds(pid)
             seen = self._seen.setdefault(name, {"cpu_s": 0.0, "progs": {}})
             if cpu is not None:
                 seen["cpu_s"] = cpu
                 # per program: a bpftrace that is detaching has closed some of them already
-                seen["progs"].update(bpf_runs(pid))
+                if stats:
+                    seen["progs"].update(bpf_runs(pid))
             progs = seen["progs"].values()
             out[name] = {"cpu_s": seen["cpu_s"], "bpf_run_ns": sum(p[0] for p in progs),
                          "bpf_runs": sum(p[1] for p in progs)}

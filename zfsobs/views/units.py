@@ -64,16 +64,17 @@ class Tail:
 
 
 class NumericTable:
-    """A right-aligned table of plain strings whose column widths are their longest cell: rich then
-    skips measuring every cell, most of a panel's render time. On a terminal too narrow for every
-    column, the columns in `drop` go first, in that order, instead of every column being cut short.
-    `last`: (header, [renderable per row]) for a free-width column at the end (the txg bars)."""
+    """A right-aligned table of plain strings, laid out here as lines of one Text: rich's Table
+    renders every cell on its own, most of a panel's render time. Each column is as wide as its
+    longest cell; spare width is spread over the columns (like an expanding rich Table). On a
+    terminal too narrow for every column, the columns in `drop` go first, in that order, instead
+    of every column being cut short. `last`: (header, [Text per row]) for a free-width column at
+    the end (the txg bars)."""
 
     def __init__(self, headers, rows: list[list[str]], last=None, drop=()):
         self.headers, self.rows, self.last, self.drop = list(headers), rows, last, drop
 
     def __rich_console__(self, console, options):
-        from rich.table import Table
         widths = [max([len(name)] + [len(r[i]) for r in self.rows]) for i, name in enumerate(self.headers)]
         keep = list(range(len(self.headers)))
         room = options.max_width - (12 if self.last else 0)
@@ -81,11 +82,20 @@ class NumericTable:
             if sum(widths[i] + 2 for i in keep) <= room:
                 break
             keep = [i for i in keep if self.headers[i] != name]
-        table = Table(expand=True, box=None, padding=(0, 1), header_style="bold")
-        for i in keep:
-            table.add_column(self.headers[i], justify="right", no_wrap=True, width=widths[i])
-        if self.last is not None:
-            table.add_column(self.last[0], no_wrap=True)
+        spare = max(0, room - sum(widths[i] + 2 for i in keep)) if not self.last else 0
+        pads = [spare // len(keep) + (n < spare % len(keep)) for n in range(len(keep))] if keep else []
+
+        def line(cells: list[str], tail=None, style: str = "") -> Text:
+            text = Text("".join(" " + " " * pad + cells[i].rjust(widths[i]) + " " for i, pad in zip(keep, pads)),
+                        style=style)
+            if tail is not None:
+                text.append(" ")
+                text.append_text(tail)
+            return text
+
+        out = Text(no_wrap=True, overflow="crop", end="")
+        out.append_text(line(self.headers, Text(self.last[0], style="bold") if self.last else None, "bold"))
         for n, r in enumerate(self.rows):
-            table.add_row(*(r[i] for i in keep), *([self.last[1][n]] if self.last else []))
-        yield table
+            out.append("\n")
+            out.append_text(line(r, self.last[1][n] if self.last else None))
+        yield out
