@@ -68,13 +68,19 @@ def test_every_txg_synced_while_recording_equals_the_txgs_kstat(out):
 
 def test_zil_counts_equal_tracing_and_the_zil_kstat(out):
     """The burst's commits, log blocks and their bytes: the same in kstat mode, in the traced
-    capture and in the zil kstat's change over the whole run."""
+    capture and in the zil kstat's change over the whole run; itxs by write state as the kstat
+    counted them, and within 1 % of tracing's."""
     kstat, traced = load_capture(out / "kstat.cap", "zil")[1], load_capture(out / "trace.cap", "zil")[1]
     before, after = (kstats.named((out / f"zil.{w}").read_text()) for w in ("before", "after"))
     truth = {k: after[k] - before[k] for k in after}
     names = ("commits", "lwbs", "nused", "copied", "needcopy", "indirect")
     got = {k: kstat.zil.pools[POOL].totals[k] for k in names}
-    assert got == {k: traced.zil.pools[POOL].totals[k] for k in names}
+    seen = {k: traced.zil.pools[POOL].totals[k] for k in names}
+    assert {k: got[k] for k in names[:3]} == {k: seen[k] for k in names[:3]}
+    # the kstat counts an itx's write state when it goes into a log block, tracing when it is
+    # assigned: an itx its txg synced before any commit took it is only counted by tracing
+    for k in names[3:]:
+        assert got[k] == truth[f"zil_itx_{k}_count"] and got[k] <= seen[k] <= got[k] + 0.01 * got[k] + 2, (k, got, seen)
     assert got["commits"] == truth["zil_commit_count"] > 1000
     assert got["lwbs"] == truth["zil_itx_metaslab_normal_count"] + truth["zil_itx_metaslab_slog_count"]
     assert got["nused"] == truth["zil_itx_metaslab_normal_bytes"] + truth["zil_itx_metaslab_slog_bytes"]
