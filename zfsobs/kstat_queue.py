@@ -7,11 +7,11 @@ completed, wait and device times) is not in these lines: the hello line's `na` s
 from __future__ import annotations
 
 import os
-import queue
 import shutil
 import subprocess
 import threading
 import time
+from collections import deque
 
 from zfsobs import kstats
 from zfsobs.events import format_line
@@ -29,7 +29,7 @@ class QueueSampler:
             (p for p in ("/usr/sbin/zpool", "/sbin/zpool") if os.path.exists(p)), None)
         self.pools = list(pools)
         self.proc: subprocess.Popen | None = None
-        self._blocks: queue.Queue = queue.Queue()
+        self._blocks: deque = deque()        # no lock for a stop signal to cut (zfsobs/source.py)
         self._series: dict[tuple, dict] = {}     # (pool, path, class) -> depth state
         self._vdevs: set[tuple[str, str]] = set()
         self._flushed = 0
@@ -48,12 +48,12 @@ class QueueSampler:
         for line in self.proc.stdout:
             if line.strip().isdigit():          # the next sample begins: the last one is whole
                 if block:
-                    self._blocks.put((time.monotonic_ns(), block))
+                    self._blocks.append((time.monotonic_ns(), block))
                 block = []
             else:
                 block.append(line)
         if block:
-            self._blocks.put((time.monotonic_ns(), block))
+            self._blocks.append((time.monotonic_ns(), block))
         err = self.proc.stderr.read().strip().splitlines() if self.proc.stderr else []
         self.error = f"zpool iostat exited ({err[-1] if err else self.proc.wait()})"
 
@@ -62,8 +62,8 @@ class QueueSampler:
         out = []
         while True:
             try:
-                ts, block = self._blocks.get_nowait()
-            except queue.Empty:
+                ts, block = self._blocks.popleft()
+            except IndexError:
                 break
             self._sample(ts, block)
             if ts - self._flushed >= FLUSH_NS:

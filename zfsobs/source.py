@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import platform
-import queue
 import re
 import resource
 import shutil
@@ -13,6 +12,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections import deque
 
 from zfsobs import __version__
 from zfsobs.errors import ZfsobsError
@@ -42,6 +42,7 @@ if os.path.exists("/sys/kernel/btf/vmlinux"):
 # The oldest bpftrace the probes are tested with (Debian 12's); older ones lack what they use
 # (while loops, reg("ip") in uprobes, the casts and printf widths), and fail in ways that read badly.
 MIN_BPFTRACE = (0, 17)
+POLL_S = 0.02       # how often poll() looks for lines while none have come
 PREFIX = "zfsobs-probes-"   # the rendered scripts' temp directory, removed once bpftrace has read them
 
 
@@ -120,7 +121,10 @@ class BpftraceSource:
             "tunables": dict(tunables or {}),
             "start_wall_ns": time.time_ns(), "start_mono_ns": time.monotonic_ns(),
         }
-        self._queue: queue.Queue = queue.Queue()
+        # a deque, not a queue.Queue: a stop signal raises in the main thread, and one raised while
+        # it held a Queue's lock left that lock held for good (a record hung in finish() in CI);
+        # deque's append and popleft take no lock
+        self._queue: deque = deque()
         self._procs: list[tuple[str, subprocess.Popen]] = []
         self._stderr: dict[str, list[str]] = {}
         self._attached: set[str] = set()
@@ -167,16 +171,15 @@ class BpftraceSource:
             elif self._stop_ns is not None:
                 self._late.setdefault(name, []).append(line)
                 continue
-            self._queue.put(line)
+            self._queue.append(line)
 
     def poll(self, timeout: float) -> list[str]:
         """Lines that arrived within `timeout` seconds; raises if a probe failed to start."""
-        lines = []
-        try:
-            lines.append(self._queue.get(timeout=timeout))
-        except queue.Empty:
-            pass
-        lines += self._take()
+        deadline = time.monotonic() + timeout
+        lines = self._take()
+        while not lines and time.monotonic() < deadline:
+            time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+            lines = self._take()
         for line in lines:
             if " hello " in line:
                 self._attached.update(n for n in self.meta["probes"] if f"probe={n} " in line + " ")
@@ -250,8 +253,8 @@ class BpftraceSource:
         lines = []
         try:
             while True:
-                lines.append(self._queue.get_nowait())
-        except queue.Empty:
+                lines.append(self._queue.popleft())
+        except IndexError:
             return lines
 
     def _signal(self, sig: int) -> None:
