@@ -2,9 +2,6 @@
 and which one `zfsobs top` will use (--source auto)."""
 from __future__ import annotations
 
-import os
-import shutil
-
 from zfsobs import kstats
 
 SHOWS = ("kstat mode shows: every synced txg exactly as ZFS timed it (sync, open, quiesce, wait, "
@@ -18,13 +15,9 @@ LACKS = ("kstat mode lacks (shown as '-'): commit latency, itx counts and types,
 def rows(traceable: bool) -> tuple[list[tuple[str, str, str]], bool]:
     """(status, what, detail) rows, and whether kstat mode works here."""
     out = []
-    why = ""
-    if not os.path.isdir("/sys/module/zfs") or not os.path.isdir(kstats.KSTAT):
-        why = "no zfs kernel module: kstats exist only for the kernel's pools (not the userland lab)"
-    elif kstats.param("zfs_txg_history") == 0:
-        why = "zfs_txg_history=0: the txgs kstat keeps nothing (echo 100 > /sys/module/zfs/parameters/zfs_txg_history)"
+    why = kstats.unusable()
     works = not why
-    if works and not shutil.which("zpool") and not os.path.exists("/usr/sbin/zpool"):
+    if works and not kstats.zpool():
         out.append(("warn", "kstat mode: queue depth", "no zpool command: no vdev queue panel in kstat mode"))
     out.append(("ok" if works else "warn", "kstat mode (no root)", "works here" if works else why))
     if works:

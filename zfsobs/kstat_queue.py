@@ -6,8 +6,6 @@ the maxima are the highest sampled. What only tracing can see (I/Os enqueued, is
 completed, wait and device times) is not in these lines: the hello line's `na` says so."""
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import threading
 import time
@@ -25,8 +23,7 @@ NA = ("enq", "enq_bytes", "issued", "merged", "aggs", "done", "done_bytes", "wai
 
 class QueueSampler:
     def __init__(self, pools: list[str]):
-        self.zpool = shutil.which("zpool") or next(
-            (p for p in ("/usr/sbin/zpool", "/sbin/zpool") if os.path.exists(p)), None)
+        self.zpool = kstats.zpool()
         self.pools = list(pools)
         self.proc: subprocess.Popen | None = None
         self._blocks: deque = deque()        # no lock for a stop signal to cut (zfsobs/source.py)

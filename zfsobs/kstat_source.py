@@ -14,7 +14,7 @@ from zfsobs import __version__, kstats
 from zfsobs.errors import ZfsobsError
 from zfsobs.events import format_line
 from zfsobs.kstat_queue import NA as VQ_NA
-from zfsobs.kstat_queue import QueueSampler
+from zfsobs.kstat_queue import SAMPLE_S, QueueSampler
 from zfsobs.targets import Target
 
 READ_NS = 10**9
@@ -37,11 +37,8 @@ class KstatSource:
         if target.kind != "kernel":
             raise ZfsobsError("kstat mode reads the zfs kernel module's kstats; the userland lab (libzpool) "
                               "has none: trace it as root instead (--source trace)")
-        if not os.path.isdir(kstats.KSTAT):
-            raise ZfsobsError(f"no {kstats.KSTAT}: the zfs kernel module is not loaded")
-        if kstats.param("zfs_txg_history") == 0:
-            raise ZfsobsError("zfs_txg_history=0: the txgs kstat keeps no txgs, which kstat mode reads "
-                              "(as root: echo 100 > /sys/module/zfs/parameters/zfs_txg_history)")
+        if kstats.unusable():
+            raise ZfsobsError(kstats.unusable())
         self.target, self.pools = target, list(pools or [])
         self.unavailable: dict[str, str] = {}
         self.queue = QueueSampler(self.pools) if "vdev_queue" in probes else None
@@ -55,7 +52,7 @@ class KstatSource:
         self.names = ["txg"] + ["zil"] * self.zil + ["vdev_queue"] * bool(self.queue) + ["vdev_cache"] * self.vc
         self.meta = {
             "zfsobs": __version__, "host": platform.node(), "kernel": platform.release(), "source": "kstat",
-            "kstat": {"why": why, "read_s": READ_NS / 1e9, "queue_sample_s": 0.2},
+            "kstat": {"why": why, "read_s": READ_NS / 1e9, "queue_sample_s": SAMPLE_S},
             "target": target.describe(), "probes": {n: {"src": "kstat"} for n in self.names},
             "unavailable": dict(self.unavailable), "tunables": dict(tunables or {}),
             "start_wall_ns": time.time_ns(), "start_mono_ns": time.monotonic_ns(),

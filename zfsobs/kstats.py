@@ -5,6 +5,7 @@ truth with the same functions."""
 from __future__ import annotations
 
 import os
+import shutil
 
 KSTAT = "/proc/spl/kstat/zfs"
 PARAMS = "/sys/module/zfs/parameters"
@@ -76,3 +77,18 @@ def pools() -> list[str]:
     except OSError:
         return []
     return sorted(n for n in names if os.path.exists(os.path.join(KSTAT, n, "txgs")))
+
+
+def zpool() -> str | None:
+    """The zpool command (`zpool iostat -q` gives queue depth without root), None if absent."""
+    return shutil.which("zpool") or next((p for p in ("/usr/sbin/zpool", "/sbin/zpool") if os.path.exists(p)), None)
+
+
+def unusable() -> str:
+    """Why kstat mode cannot run here ('' if it can): doctor says it, the source raises it."""
+    if not os.path.isdir("/sys/module/zfs") or not os.path.isdir(KSTAT):
+        return f"no {KSTAT}: kstats exist only for the zfs kernel module's pools (not the userland lab)"
+    if param("zfs_txg_history") == 0:
+        return ("zfs_txg_history=0: the txgs kstat keeps no txgs, which kstat mode reads "
+                "(as root: echo 100 > /sys/module/zfs/parameters/zfs_txg_history)")
+    return ""
