@@ -7,7 +7,8 @@ import subprocess
 import pytest
 
 from zfsobs.errors import ZfsobsError
-from zfsobs.probes import available, render, required_functions, source
+from zfsobs import probes
+from zfsobs.probes import available, max_cpus, render, required_functions, source
 from zfsobs.targets import Target, find_libraries, libzpool
 
 TXG_FUNCS = {"spa_sync", "spa_txg_history_add", "spa_txg_history_set", "spa_txg_history_init_io",
@@ -138,3 +139,44 @@ def test_vdev_queue_on_the_kernel_uses_kallsyms_addresses_but_needs_the_layout()
         render("vdev_queue", kernel_target(VQ_FUNCS))
     assert kernel_target(VQ_FUNCS).global_address("zfs_vdev_max_active", "vdev_queue_io") == "0xffffffffc0200040"
     assert kernel_target(VQ_FUNCS).global_address("zfs_no_such_tunable", "vdev_queue_io") is None
+
+
+def libzpool_or_skip() -> Target:
+    if not find_libraries():
+        pytest.skip("needs an installed libzpool")
+    return libzpool()
+
+
+def limited():
+    """(probe, its Max CPUs) for every script that sums per-CPU counters in the probe."""
+    return [(n, max_cpus(source(n))) for n in available() if max_cpus(source(n))]
+
+
+def test_a_probe_is_refused_on_more_cpus_than_its_verifier_limit(monkeypatch):
+    """bpftrace would fail after seconds with 'Error loading program'; zfsobs says why, up front,
+    and the session traces the other metrics without it (the probe is optional)."""
+    assert {n for n, _ in limited()} == {"zil", "vdev_queue", "vdev_cache"}
+    target = libzpool_or_skip()
+    for name, limit in limited():
+        monkeypatch.setattr(probes, "possible_cpus", lambda: limit)
+        assert render(name, target).text
+        monkeypatch.setattr(probes, "possible_cpus", lambda: limit + 1)
+        with pytest.raises(ZfsobsError, match=rf"{limit + 1} possible CPUs.*at most {limit}"):
+            render(name, target)
+    assert "txg" not in dict(limited())        # the backbone has no per-CPU loop: it runs anywhere
+
+
+@pytest.mark.lab
+def test_each_probe_passes_the_kernels_verifier_at_its_cpu_limit(monkeypatch, tmp_path):
+    """The limits are real: each probe rendered for its Max CPUs is loaded into the kernel by real
+    bpftrace (the verifier runs at load) and attached to the real libzpool."""
+    if os.geteuid() != 0 or not shutil.which("bpftrace"):
+        pytest.skip("needs root and bpftrace")
+    target = libzpool_or_skip()
+    for name, limit in limited():
+        monkeypatch.setattr(probes, "possible_cpus", lambda: limit)
+        script = tmp_path / f"{name}.bt"
+        script.write_text(render(name, target).text)
+        res = subprocess.run(["bpftrace", str(script), "-c", "/bin/true"], capture_output=True,
+                             text=True, timeout=300)
+        assert res.returncode == 0 and f"probe={name}" in res.stdout, f"{name} at {limit} CPUs: {res.stderr[-500:]}"

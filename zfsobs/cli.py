@@ -275,6 +275,8 @@ def _record(args) -> int:
         if kstat:
             print(f"zfsobs: kstat mode ({kstat['why']}): ZFS's own counters, fewer fields (docs/kstat.md)",
                   file=sys.stderr)
+        for name, why in session.source.unavailable.items():     # e.g. too many CPUs for a probe
+            print(f"zfsobs: {name} not traced: {why}", file=sys.stderr)
         print(f"zfsobs: recording {session.source.target.name} to {args.record}"
               + (f" for {args.duration:g} s" if args.duration else "")
               + (" (Ctrl-C stops)" if sys.stdin.isatty() else ""), file=sys.stderr)

@@ -118,6 +118,12 @@ def _header_list(text: str, name: str) -> list[str]:
     return match.group(1).replace(",", " ").split() if match else []
 
 
+def max_cpus(text: str) -> int | None:
+    """The most possible CPUs a probe's per-CPU sums pass the BPF verifier with (its Max CPUs line)."""
+    match = re.search(r"^\s*\*\s*Max CPUs:\s*(\d+)", text, re.M)
+    return int(match.group(1)) if match else None
+
+
 def possible_cpus() -> int:
     """CPUs the kernel may ever bring up (per-CPU keys must cover hotplugged ones too)."""
     try:
@@ -168,6 +174,12 @@ def render(name: str, target: Target) -> Rendered:
         raise ZfsobsError(f"probe {name}: struct layout of {target.name} unknown "
                           f"({', '.join(missing_offsets)}); the metric cannot be traced here")
     ncpu = str(possible_cpus())
+    limit = max_cpus(text)
+    if limit is not None and int(ncpu) > limit:
+        # bpftrace would only say "Error loading program" after seconds of verifying
+        raise ZfsobsError(f"probe {name}: this machine has {ncpu} possible CPUs, and the probe sums its "
+                          f"per-CPU counters in a loop the kernel's BPF verifier passes for at most {limit} "
+                          f"(docs/performance.md, 'CPU count'); the metric cannot be traced on this machine")
     out, dropped, attached = [], [], []
     for block in _blocks(_expand_macros(text)):
         probe = _PROBE_RE.search(block[0]) if block else None

@@ -208,6 +208,7 @@ class BpftraceSource:
     def _error_text(self, name: str) -> str:
         time.sleep(0.05)     # let the stderr pump catch the last words
         lines = self._stderr.get(name, [])
+        lines = [line for line in lines if not any(n in line for n in _NOISE)] or lines
         for line in lines:
             if line.startswith("ERROR") or "rror" in line:
                 return line.strip()[:300]
