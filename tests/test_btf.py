@@ -161,7 +161,10 @@ def test_the_zfs_modules_own_btf_gives_every_probe_offset(tmp_path):
     names = {f for build in table["libzpool"].values() for f in build.get("fields", {})}
     assert names <= set(got), sorted(names - set(got))
     assert {k: got[k] for k in table["btf"]["constants"]} == \
-        {"ZIO_FLAG_DONT_QUEUE": 1 << 19, "ZIO_FLAG_DONT_CACHE": 1 << 11, "VQ_ACTIVE_STRIDE": 48}
+        {"ZIO_FLAG_DONT_QUEUE": 1 << 19, "ZIO_FLAG_DONT_CACHE": 1 << 11, "VQ_ACTIVE_STRIDE": 48,
+         "VQ_QUEUED_STRIDE": 48}
+    # 2.1's vdev_queue_class: uint32 vqc_active, then the queued tree (avl_numnodes 24 bytes into it)
+    assert got["vdev_queue.class_queued"] == got["vdev_queue.class_active"] + 8 + 24
     dump = subprocess.run(["bpftool", "btf", "dump", "file", str(image / "zfs.ko"), "-B", str(image / "vmlinux")],
                           capture_output=True, text=True, check=True).stdout
     members, cur = {}, None

@@ -17,6 +17,7 @@ from collections import defaultdict
 import pytest
 
 from conftest import lab_ready, truth_running
+from zfsobs import vq_dumps
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser, parse_all
 from zfsobs.targets import libzpool
@@ -148,6 +149,19 @@ def test_async_write_active_reaches_and_never_passes_the_limit(runs):
             assert not bad, f"limit {limit}: async_write max_active fields {bad}"
         else:
             assert LIMITS[0] < top <= limit, f"limit {limit}: highest async_write act_max {top}"
+
+
+def test_the_dumps_become_lines_of_the_documented_shape(runs):
+    """bpftrace prints the probe's maps; zfsobs/vq_dumps.py makes them the vq, vq_lat and vq_vdev
+    lines of docs/events.md, every field present, and nothing of the dumps leaks into the stream."""
+    for events in runs["runs"]:
+        seen = defaultdict(int)
+        for ev in events:
+            assert ev.kind not in vq_dumps.OWN, ev.line()
+            if ev.kind in vq_dumps.LINES:
+                assert tuple(ev.fields) == vq_dumps.LINES[ev.kind], ev.line()
+                seen[ev.kind] += 1
+        assert seen["vq"] and seen["vq_vdev"], dict(seen)       # record() leaves vq_lat out
 
 
 def test_depths_are_never_negative(runs):

@@ -20,12 +20,16 @@ from zfsobs.events import format_line
 from zfsobs.probes import Rendered, render
 from zfsobs.procs import die_with_parent, remove_stale
 from zfsobs.targets import Target
+from zfsobs.vq_dumps import VqDumps
 
 _LOST_RE = re.compile(r"^Lost (\d+) events")
 # bpftrace chatter on stderr that is not an error on these machines.
 _NOISE = ("couldn't set RLIMIT_MEMLOCK", "Error while reading traceable functions",
           "WARNING: ", "Attaching ")
 DEFAULT_PROBES = ("txg", "zil", "vdev_queue", "vdev_cache")
+# A probe that prints its counts as timed dumps of bpftrace maps (zfsobs/vq_dumps.py), and how long
+# its last dumps take to cover a moment: two 250 ms ticks and a margin.
+_DUMPS, DUMP_DRAIN_S = "zfsobs 1 vq_dump ", 0.6
 REQUIRED_PROBES = ("txg",)     # the backbone; the others are left out where the target cannot give them
 START_TIMEOUT = float(os.environ.get("ZFSOBS_ATTACH_TIMEOUT") or 60)  # the kernel lab raises it for TCG
 # Per-CPU counter keys (the zil probe) multiply with CPUs and pools: room for 64k keys per map
@@ -132,6 +136,7 @@ class BpftraceSource:
         self._late: dict[str, list[str]] = {}
         self.dropped_at_stop = 0
         self._pumps: list[threading.Thread] = []
+        self._dumps: dict[str, VqDumps] = {}      # per probe that prints dumps (zfsobs/vq_dumps.py)
         self._dir = ""
         self.ended = ""           # why the source stopped, once it has
 
@@ -159,19 +164,29 @@ class BpftraceSource:
         return [self.bpftrace, path]
 
     def _pump(self, name: str, stream, is_err: bool) -> None:
-        for line in stream:
-            line = line.rstrip("\n")
+        dumps = None
+        if not is_err and _DUMPS in self._text(name):
+            dumps = self._dumps[name] = VqDumps()
+        for raw in stream:
+            raw = raw.rstrip("\n")
             if is_err:
-                if line.strip() and not line.startswith(_NOISE):
-                    self._stderr[name].append(line)
+                if raw.strip() and not raw.startswith(_NOISE):
+                    self._stderr[name].append(raw)
                 continue
-            lost = _LOST_RE.match(line)
-            if lost:
-                line = format_line("lost", time.monotonic_ns(), {"count": lost.group(1), "probe": name})
-            elif self._stop_ns is not None:
-                self._late.setdefault(name, []).append(line)
-                continue
-            self._queue.append(line)
+            for line in (dumps.feed(raw) if dumps else (raw,)):
+                self._take_line(name, line)
+
+    def _text(self, name: str) -> str:
+        return next((r.text for r in self.rendered if r.name == name), "")
+
+    def _take_line(self, name: str, line: str) -> None:
+        lost = _LOST_RE.match(line)
+        if lost:
+            line = format_line("lost", time.monotonic_ns(), {"count": lost.group(1), "probe": name})
+        elif self._stop_ns is not None:
+            self._late.setdefault(name, []).append(line)
+            return
+        self._queue.append(line)
 
     def poll(self, timeout: float) -> list[str]:
         """Lines that arrived within `timeout` seconds; raises if a probe failed to start."""
@@ -227,6 +242,11 @@ class BpftraceSource:
         """Stop the probes and return every line they still had: what the kernel's buffers held and
         bpftrace had not printed yet (e.g. the final counts of a process that just exited). SIGINT
         makes bpftrace print what is buffered, run END and exit; its pipes then reach EOF."""
+        if self._dumps:
+            time.sleep(DUMP_DRAIN_S)      # END prints no dump (it runs as probes detach): wait for the ticks
+            for name, dumps in self._dumps.items():
+                for line in dumps.flush():
+                    self._take_line(name, line)
         self._stop_ns = time.monotonic_ns()
         self._signal(signal.SIGINT)
         deadline = time.monotonic() + timeout

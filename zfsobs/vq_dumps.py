@@ -1,0 +1,148 @@
+"""The vdev_queue probe's dumps into the vq, vq_lat and vq_vdev lines of docs/events.md.
+
+The probe (probes/linux/vdev_queue.bt) counts in bpftrace's per-CPU sum()/max() maps and prints
+a set of them every 250 ms, as bpftrace prints maps: one `@vq_n1[pid, vd, class, slot]: value` line
+per key, between a `vq_dump` and a `vq_dump_end` line. bpftrace has already added up the CPUs; the
+sums are what happened in the set's 250 ms. This adds them up over time, per vdev and class, and
+writes the cumulative lines the rest of zfsobs reads. Its other lines pass through unchanged."""
+from __future__ import annotations
+
+import threading
+
+from zfsobs.events import format_line
+
+SLOTS = ("enq", "enq_bytes", "issued", "merged", "aggs", "done", "done_bytes", "wait_ns", "dev_ns",
+         "untracked", "untracked_act", "unseen")
+PEND, ACT, PEND_US, ACT_US = 12, 13, 14, 15
+WAIT_HIST, DEV_HIST, BUCKETS = 32, 64, 24
+EMIT_NS = 450_000_000      # lines per vdev at most every 0.5 s (two 250 ms dumps; a timer's jitter)
+# the kinds the probe prints for this module only, and the lines (with their fields) made of them
+OWN = frozenset({"vq_id", "vq_free", "vq_dump", "vq_dump_end"})
+LINES = {"vq": ("pool", "pid", "vd", "class", "final", "pend", "act", "pend_ns", "act_ns", "pend_max",
+                "act_max") + SLOTS + ("max_active", "min_active"),
+         "vq_lat": ("pid", "vd", "class", "kind") + tuple(f"b{b}" for b in range(BUCKETS)),
+         "vq_vdev": ("pool", "pid", "vd", "guid", "final", "vdev_max", "path")}
+
+
+class VqDumps:
+    def __init__(self):
+        # a vdev is (pid, vd, gen): gen counts the vdev_t's incarnations at one address
+        self.ident: dict[tuple, dict] = {}      # vdev -> pool, guid, vdev_max, path (vq_id lines)
+        self.limits: dict[tuple, list] = {}     # (pid, class) -> [max_active, min_active]
+        self.sums: dict[tuple, dict] = {}       # vdev + (class,) -> slot -> cumulative value
+        self.freed: dict[tuple, int] = {}       # vdev -> when vdev_free ran
+        self.dump: dict | None = None           # the dump being read
+        self.dirty: set = set()                 # vdev + (class,) changed since its last line
+        self.tops: dict[tuple, list] = {}       # vdev + (class,) -> [pending, active] maxima since then
+        self.emitted: dict[tuple, int] = {}     # vdev -> its last line's time
+        self.end = 0                            # the last dump's time
+        self.lock = threading.Lock()            # feed (a pipe's reader thread) against flush
+
+    def flush(self) -> list[str]:
+        """The lines still held back (at the stop, once the last dumps are in), as of the last dump."""
+        with self.lock:
+            return self._lines({"end": self.end, "n": {}, "x": {}}, every=True)
+
+    def feed(self, line: str) -> list[str]:
+        """Lines for the stream: none while a dump is read, its lines at its end."""
+        if line.startswith("@"):           # a printed map: only a dump's are read
+            if self.dump is not None:
+                self._entry(line)
+            return []
+        parts = line.split()
+        kind = parts[2] if len(parts) > 3 and parts[0] == "zfsobs" else ""
+        if kind == "vq_dump":
+            fields = dict(p.split("=", 1) for p in parts[4:])
+            self.dump = {"end": int(fields["end"]), "n": {}, "x": {}}
+        elif kind == "vq_dump_end":
+            dump, self.dump = self.dump, None
+            with self.lock:
+                return self._lines(dump) if dump else []
+        elif kind == "vq_id":
+            fields = dict(p.split("=", 1) for p in parts[4:])
+            self.ident[(int(fields["pid"]), int(fields["vd"], 16), int(fields["gen"]))] = fields
+        elif kind == "vq_free":
+            fields = dict(p.split("=", 1) for p in parts[4:])
+            self.freed[(int(fields["pid"]), int(fields["vd"], 16), int(fields["gen"]))] = int(parts[3])
+        elif line.strip():
+            return [line]
+        return []
+
+    def _entry(self, line: str) -> None:
+        name, _, rest = line.partition("[")
+        keys, _, value = rest.partition("]: ")
+        key = tuple(int(k) for k in keys.split(", "))
+        if name in ("@vq_n0", "@vq_n1", "@vq_n2"):
+            self.dump["n"][key] = int(value)
+        elif name in ("@vq_x0", "@vq_x1", "@vq_x2"):
+            self.dump["x"][key] = int(value)
+        elif name == "@vq_lma":
+            self.limits.setdefault(key, [-1, -1])[0] = int(value)
+        elif name == "@vq_lmi":
+            self.limits.setdefault(key, [-1, -1])[1] = int(value)
+
+    def _lines(self, dump: dict, every: bool = False) -> list[str]:
+        end = self.end = dump["end"] or self.end
+        for (pid, vd, gc, slot), value in dump["n"].items():
+            key = (pid, vd, gc >> 4, gc & 15)
+            sums = self.sums.setdefault(key, {})
+            sums[slot] = sums.get(slot, 0) + value
+            self.dirty.add(key)
+        for (pid, vd, gc, k), value in dump["x"].items():
+            key = (pid, vd, gc >> 4, gc & 15)
+            top = self.tops.setdefault(key, [None, None])
+            top[k] = value if top[k] is None else max(top[k], value)
+            self.dirty.add(key)
+        # a freed vdev: the dump covering its vdev_free holds its last counts
+        final = {v for v, t in self.freed.items() if end >= t}
+        self.dirty.update(k for k in self.sums if k[:3] in final)
+        if not end:
+            return []
+        # a vdev's lines at most every EMIT_NS, as the probe's own flushes came: half the lines of
+        # one per dump; what changed meanwhile waits for the next dump that has a line
+        due = {k[:3] for k in self.dirty if every or k[:3] in final or end - self.emitted.get(k[:3], 0) >= EMIT_NS}
+        keys = sorted(k for k in self.dirty if k[:3] in due)
+        self.dirty.difference_update(keys)
+        out = []
+        for key in keys:
+            out += self._vq(end, key, self.sums.setdefault(key, {}), self.tops.pop(key, (None, None)),
+                            key[:3] in final)
+        for vdev in sorted(due):
+            pid, vd, _ = vdev
+            last = vdev in final
+            self.emitted[vdev] = end
+            ident = self.ident.get(vdev, {})
+            out.append(format_line("vq_vdev", end, {
+                "pool": ident.get("pool", "?"), "pid": pid, "vd": hex(vd), "guid": ident.get("guid", 0),
+                "final": int(last), "vdev_max": ident.get("vdev_max", -1), "path": ident.get("path", "?")}))
+            if last:
+                self.sums = {k: v for k, v in self.sums.items() if k[:3] != vdev}
+                for table in (self.freed, self.ident, self.emitted):
+                    table.pop(vdev, None)
+        return out
+
+    def _vq(self, end: int, key: tuple, sums: dict, tops, last: bool) -> list[str]:
+        pid, vd, gen, cls = key
+        get = sums.get
+        pend, act = get(PEND, 0), get(ACT, 0)
+        end_us = end // 1000
+        # the time integral of depth up to `end`: the waits that ended, plus each I/O still in the
+        # queue from its entry (or issue) to `end`
+        pend_ns = get(7, 0) + (pend * end_us - get(PEND_US, 0)) * 1000
+        act_ns = get(8, 0) + (act * end_us - get(ACT_US, 0)) * 1000
+        pend_max, act_max = tops
+        limits = self.limits.get((pid, cls), [-1, -1])
+        fields = {"pool": self.ident.get(key[:3], {}).get("pool", "?"), "pid": pid, "vd": hex(vd),
+                  "class": cls, "final": int(last), "pend": pend, "act": act,
+                  "pend_ns": pend_ns, "act_ns": act_ns,
+                  # no sample in this dump: the depth has not moved past what it is now
+                  "pend_max": pend if pend_max is None else pend_max if pend_max < 0 else max(pend_max, pend),
+                  "act_max": act if act_max is None else act_max if act_max < 0 else max(act_max, act)}
+        fields.update((name, get(i, 0)) for i, name in enumerate(SLOTS))
+        fields["max_active"], fields["min_active"] = limits
+        lines = [format_line("vq", end, fields)]
+        for kind, base in ((0, WAIT_HIST), (1, DEV_HIST)):
+            hist = {"pid": pid, "vd": hex(vd), "class": cls, "kind": kind}
+            hist.update((f"b{b}", get(base + b, 0)) for b in range(BUCKETS))
+            lines.append(format_line("vq_lat", end, hist))
+        return lines
