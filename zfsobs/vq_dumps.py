@@ -1,13 +1,14 @@
 """The vdev_queue probe's dumps into the vq, vq_lat and vq_vdev lines of docs/events.md.
 
 The probe (probes/linux/vdev_queue.bt) counts in bpftrace's per-CPU sum()/max() maps and prints
-a set of them every 250 ms, as bpftrace prints maps: one `@vq_n1[pid, vd, class, slot]: value` line
-per key, between a `vq_dump` and a `vq_dump_end` line. bpftrace has already added up the CPUs; the
+one of six sets of them every 250 ms, as bpftrace prints maps: a `@vq_n1[pid, vd, class, slot]:
+value` line per key, between a `vq_dump` and a `vq_dump_end` line. bpftrace has already added up the CPUs; the
 sums are what happened in the set's 250 ms. This adds them up over time, per vdev and class, and
 writes the cumulative lines the rest of zfsobs reads. Its other lines pass through unchanged."""
 from __future__ import annotations
 
 import threading
+import time
 
 from zfsobs.events import format_line
 
@@ -15,6 +16,8 @@ SLOTS = ("enq", "enq_bytes", "issued", "merged", "aggs", "done", "done_bytes", "
          "untracked", "untracked_act", "unseen")
 PEND, ACT, PEND_US, ACT_US = 12, 13, 14, 15
 WAIT_HIST, DEV_HIST, BUCKETS = 32, 64, 24
+MASK = (1 << 64) - 1
+LATE_NS = 1_000_000_000    # the probe reuses a set 4 ticks after it asked for its dump (6 sets)
 EMIT_NS = 450_000_000      # lines per vdev at most every 0.5 s (two 250 ms dumps; a timer's jitter)
 # the kinds the probe prints for this module only, and the lines (with their fields) made of them
 OWN = frozenset({"vq_id", "vq_free", "vq_dump", "vq_dump_end"})
@@ -53,11 +56,19 @@ class VqDumps:
         kind = parts[2] if len(parts) > 3 and parts[0] == "zfsobs" else ""
         if kind == "vq_dump":
             fields = dict(p.split("=", 1) for p in parts[4:])
-            self.dump = {"end": int(fields["end"]), "n": {}, "x": {}}
+            self.dump = {"end": int(fields["end"]), "tick": int(parts[3]), "n": {}, "x": {}}
         elif kind == "vq_dump_end":
             dump, self.dump = self.dump, None
+            if not dump:
+                return []
             with self.lock:
-                return self._lines(dump) if dump else []
+                out = self._lines(dump)
+            # bpftrace prints and clears a set as it gets to it; if that came after the probes were
+            # back on the set, counts were lost or doubled: said, as a lost event
+            now = time.monotonic_ns()
+            if now - dump["tick"] > LATE_NS:
+                out.append(format_line("lost", now, {"count": 1, "probe": "vdev_queue"}))
+            return out
         elif kind == "vq_id":
             fields = dict(p.split("=", 1) for p in parts[4:])
             self.ident[(int(fields["pid"]), int(fields["vd"], 16), int(fields["gen"]))] = fields
@@ -71,10 +82,11 @@ class VqDumps:
     def _entry(self, line: str) -> None:
         name, _, rest = line.partition("[")
         keys, _, value = rest.partition("]: ")
-        key = tuple(int(k) for k in keys.split(", "))
-        if name in ("@vq_n0", "@vq_n1", "@vq_n2"):
+        # bpftrace prints a key as a signed number: a kernel address (>= 2^63) comes out negative
+        key = tuple(int(k) & MASK for k in keys.split(", "))
+        if name[:5] == "@vq_n" and name[5:].isdigit():
             self.dump["n"][key] = int(value)
-        elif name in ("@vq_x0", "@vq_x1", "@vq_x2"):
+        elif name[:5] == "@vq_x" and name[5:].isdigit():
             self.dump["x"][key] = int(value)
         elif name == "@vq_lma":
             self.limits.setdefault(key, [-1, -1])[0] = int(value)
