@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 
+from conftest import lab_ready
 from zfsobs.errors import ZfsobsError
 from zfsobs import probes
 from zfsobs.probes import available, max_cpus, render, required_functions, source
@@ -141,22 +142,17 @@ def test_vdev_queue_on_the_kernel_uses_kallsyms_addresses_but_needs_the_layout()
     assert kernel_target(VQ_FUNCS).global_address("zfs_no_such_tunable", "vdev_queue_io") is None
 
 
-def libzpool_or_skip() -> Target:
-    if not find_libraries():
-        pytest.skip("needs an installed libzpool")
-    return libzpool()
-
-
 def limited():
     """(probe, its Max CPUs) for every script that sums per-CPU counters in the probe."""
-    return [(n, max_cpus(source(n))) for n in available() if max_cpus(source(n))]
+    return [(n, limit) for n in available() if (limit := max_cpus(source(n)))]
 
 
+@pytest.mark.skipif(not find_libraries(), reason="needs an installed libzpool")
 def test_a_probe_is_refused_on_more_cpus_than_its_verifier_limit(monkeypatch):
     """bpftrace would fail after seconds with 'Error loading program'; zfsobs says why, up front,
     and the session traces the other metrics without it (the probe is optional)."""
     assert {n for n, _ in limited()} == {"zil", "vdev_cache"}
-    target = libzpool_or_skip()
+    target = libzpool()
     for name, limit in limited():
         monkeypatch.setattr(probes, "possible_cpus", lambda: limit)
         assert render(name, target).text
@@ -170,12 +166,11 @@ def test_a_probe_is_refused_on_more_cpus_than_its_verifier_limit(monkeypatch):
 
 
 @pytest.mark.lab
+@pytest.mark.skipif(bool(lab_ready()), reason=lab_ready() or "ok")
 def test_each_probe_passes_the_kernels_verifier_at_its_cpu_limit(monkeypatch, tmp_path):
     """The limits are real: each probe rendered for its Max CPUs is loaded into the kernel by real
     bpftrace (the verifier runs at load) and attached to the real libzpool."""
-    if os.geteuid() != 0 or not shutil.which("bpftrace"):
-        pytest.skip("needs root and bpftrace")
-    target = libzpool_or_skip()
+    target = libzpool()
     for name, limit in limited():
         monkeypatch.setattr(probes, "possible_cpus", lambda: limit)
         script = tmp_path / f"{name}.bt"

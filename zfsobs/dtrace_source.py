@@ -11,7 +11,6 @@ import re
 import shutil
 import subprocess
 import time
-from collections import deque
 
 from zfsobs import __version__
 from zfsobs.errors import ZfsobsError
@@ -130,9 +129,7 @@ class DtraceSource(BpftraceSource):
             "unavailable": dict(self.unavailable), "tunables": dict(tunables or {}),
             "start_wall_ns": time.time_ns(), "start_mono_ns": time.monotonic_ns(),
         }
-        self._queue, self._procs, self._stderr, self._attached = deque(), [], {}, set()
-        self._stop_ns, self._late, self.dropped_at_stop = None, {}, 0
-        self._pumps, self._dir, self.ended = [], "", ""
+        self._runtime()
 
     def command(self, path: str) -> list[str]:
         """-Z: a probe this kernel lacks leaves its clause out (doctor names it) instead of failing;

@@ -37,8 +37,9 @@ class KstatSource:
         if target.kind != "kernel":
             raise ZfsobsError("kstat mode reads the zfs kernel module's kstats; the userland lab (libzpool) "
                               "has none: trace it as root instead (--source trace)")
-        if kstats.unusable():
-            raise ZfsobsError(kstats.unusable())
+        unusable = kstats.unusable()
+        if unusable:
+            raise ZfsobsError(unusable)
         self.target, self.pools = target, list(pools or [])
         self.unavailable: dict[str, str] = {}
         self.queue = QueueSampler(self.pools) if "vdev_queue" in probes else None

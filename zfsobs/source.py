@@ -125,6 +125,10 @@ class BpftraceSource:
             "tunables": dict(tunables or {}),
             "start_wall_ns": time.time_ns(), "start_mono_ns": time.monotonic_ns(),
         }
+        self._runtime()
+
+    def _runtime(self) -> None:
+        """The state of a run, before any tracer starts (DtraceSource shares it)."""
         # a deque, not a queue.Queue: a stop signal raises in the main thread, and one raised while
         # it held a Queue's lock left that lock held for good (a record hung in finish() in CI);
         # deque's append and popleft take no lock
@@ -170,7 +174,7 @@ class BpftraceSource:
         for raw in stream:
             raw = raw.rstrip("\n")
             if is_err:
-                if raw.strip() and not raw.startswith(_NOISE):
+                if raw.strip() and not any(noise in raw for noise in _NOISE):
                     self._stderr[name].append(raw)
                 continue
             for line in (dumps.feed(raw) if dumps else (raw,)):
@@ -223,7 +227,6 @@ class BpftraceSource:
     def _error_text(self, name: str) -> str:
         time.sleep(0.05)     # let the stderr pump catch the last words
         lines = self._stderr.get(name, [])
-        lines = [line for line in lines if not any(n in line for n in _NOISE)] or lines
         for line in lines:
             if line.startswith("ERROR") or "rror" in line:
                 return line.strip()[:300]

@@ -107,7 +107,8 @@ class VqDumps:
             self.dirty.add(key)
         # a freed vdev: the dump covering its vdev_free holds its last counts
         final = {v for v, t in self.freed.items() if end >= t}
-        self.dirty.update(k for k in self.sums if k[:3] in final)
+        if final:
+            self.dirty.update(k for k in self.sums if k[:3] in final)
         if not end:
             return []
         # a vdev's lines at most every EMIT_NS, as the probe's own flushes came: half the lines of
