@@ -114,6 +114,12 @@ class VqDumps:
         # a vdev's lines at most every EMIT_NS, as the probe's own flushes came: half the lines of
         # one per dump; what changed meanwhile waits for the next dump that has a line
         due = {k[:3] for k in self.dirty if every or k[:3] in final or end - self.emitted.get(k[:3], 0) >= EMIT_NS}
+        # a vdev_t allocated again at a freed one's address waits until the old one's final lines are
+        # out: lines of both at one time would carry the same (pid, vd)
+        oldest: dict[tuple, int] = {}
+        for pid, vd, gen, _ in self.sums:
+            oldest[(pid, vd)] = min(oldest.get((pid, vd), gen), gen)
+        due = {v for v in due if v in final or oldest.get(v[:2], v[2]) >= v[2]}
         keys = sorted(k for k in self.dirty if k[:3] in due)
         self.dirty.difference_update(keys)
         out = []
