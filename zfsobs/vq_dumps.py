@@ -32,6 +32,8 @@ class VqDumps:
         # a vdev is (pid, vd, gen): gen counts the vdev_t's incarnations at one address
         self.ident: dict[tuple, dict] = {}      # vdev -> pool, guid, vdev_max, path (vq_id lines)
         self.limits: dict[tuple, list] = {}     # (pid, class) -> [max_active, min_active]
+        self.later: dict[int, tuple] = {}       # pid -> (read at, its limits): newer than the lines
+        self.last_top: dict[tuple, int] = {}    # vdev + (class, kind) -> the library's last maximum
         self.sums: dict[tuple, dict] = {}       # vdev + (class,) -> slot -> cumulative value
         self.freed: dict[tuple, int] = {}       # vdev -> when vdev_free ran
         self.dump: dict | None = None           # the dump being read
@@ -56,7 +58,7 @@ class VqDumps:
         kind = parts[2] if len(parts) > 3 and parts[0] == "zfsobs" else ""
         if kind == "vq_dump":
             fields = dict(p.split("=", 1) for p in parts[4:])
-            self.dump = {"end": int(fields["end"]), "tick": int(parts[3]), "n": {}, "x": {}}
+            self.dump = {"end": int(fields["end"]), "tick": int(parts[3]), "n": {}, "x": {}, "lim": {}, "lt": {}}
         elif kind == "vq_dump_end":
             dump, self.dump = self.dump, None
             if not dump:
@@ -89,12 +91,31 @@ class VqDumps:
         elif name[:5] == "@vq_x" and name[5:].isdigit():
             self.dump["x"][key] = int(value)
         elif name == "@vq_lma":
-            self.limits.setdefault(key, [-1, -1])[0] = int(value)
+            self.dump["lim"].setdefault(key, [-1, -1])[0] = int(value)
         elif name == "@vq_lmi":
-            self.limits.setdefault(key, [-1, -1])[1] = int(value)
+            self.dump["lim"].setdefault(key, [-1, -1])[1] = int(value)
+        elif name == "@vq_lt":
+            self.dump["lt"][key[0]] = int(value)
+
+    def _limits(self, dump: dict, end: int) -> None:
+        """The limits as of `end`. bpftrace reads the map when it prints it, after `end` (seconds
+        after under emulation): a value read later waits for the lines of its time, so a tunable
+        changed meanwhile is not put on lines from before the change."""
+        for pid, (at, lim) in list(self.later.items()):
+            if at <= end:
+                self.limits.update(lim)
+                del self.later[pid]
+        for pid in {p for p, _ in dump.get("lim", {})}:
+            lim = {k: v for k, v in dump["lim"].items() if k[0] == pid}
+            at = dump["lt"].get(pid, 0)
+            if at <= end or not any(k[0] == pid for k in self.limits):
+                self.limits.update(lim)
+            else:
+                self.later[pid] = (at, lim)
 
     def _lines(self, dump: dict, every: bool = False) -> list[str]:
         end = self.end = dump["end"] or self.end
+        self._limits(dump, end)
         for (pid, vd, gc, slot), value in dump["n"].items():
             key = (pid, vd, gc >> 4, gc & 15)
             sums = self.sums.setdefault(key, {})
@@ -136,9 +157,21 @@ class VqDumps:
                 "final": int(last), "vdev_max": ident.get("vdev_max", -1), "path": ident.get("path", "?")}))
             if last:
                 self.sums = {k: v for k, v in self.sums.items() if k[:3] != vdev}
+                self.last_top = {k: v for k, v in self.last_top.items() if k[:3] != vdev}
                 for table in (self.freed, self.ident, self.emitted):
                     table.pop(vdev, None)
         return out
+
+    def _top(self, key: tuple, top, now: int) -> int:
+        """A line's maximum depth: the library's own count (-1: no offsets for it). With no reading
+        since the last line the depth has not moved: it is ours now, but never above the library's
+        last maximum, as a completion the kernel skipped running the probe for leaves ours one high."""
+        if top is None:
+            last = self.last_top.get(key)
+            return now if last is None else min(now, last)
+        if top >= 0:
+            self.last_top[key] = top
+        return top
 
     def _vq(self, end: int, key: tuple, sums: dict, tops, last: bool) -> list[str]:
         pid, vd, gen, cls = key
@@ -149,14 +182,12 @@ class VqDumps:
         # queue from its entry (or issue) to `end`
         pend_ns = get(7, 0) + (pend * end_us - get(PEND_US, 0)) * 1000
         act_ns = get(8, 0) + (act * end_us - get(ACT_US, 0)) * 1000
-        pend_max, act_max = tops
+        pend_max, act_max = (self._top(key + (k,), top, now) for k, (top, now) in enumerate(zip(tops, (pend, act))))
         limits = self.limits.get((pid, cls), [-1, -1])
         fields = {"pool": self.ident.get(key[:3], {}).get("pool", "?"), "pid": pid, "vd": hex(vd),
                   "class": cls, "final": int(last), "pend": pend, "act": act,
                   "pend_ns": pend_ns, "act_ns": act_ns,
-                  # no sample in this dump: the depth has not moved past what it is now
-                  "pend_max": pend if pend_max is None else pend_max if pend_max < 0 else max(pend_max, pend),
-                  "act_max": act if act_max is None else act_max if act_max < 0 else max(act_max, act)}
+                  "pend_max": pend_max, "act_max": act_max}
         fields.update((name, get(i, 0)) for i, name in enumerate(SLOTS))
         fields["max_active"], fields["min_active"] = limits
         lines = [format_line("vq", end, fields)]
