@@ -20,6 +20,7 @@ from zfsobs.events import format_line
 from zfsobs.probes import Rendered, render
 from zfsobs.procs import die_with_parent, remove_stale
 from zfsobs.targets import Target
+from zfsobs.end_maps import EndMaps
 from zfsobs.vq_dumps import VqDumps
 
 _LOST_RE = re.compile(r"^Lost (\d+) events")
@@ -30,6 +31,8 @@ DEFAULT_PROBES = ("txg", "zil", "vdev_queue", "vdev_cache")
 # A probe that prints its counts as timed dumps of bpftrace maps (zfsobs/vq_dumps.py), and how long
 # its last dumps take to cover a moment: two 250 ms ticks and a margin.
 _DUMPS, DUMP_DRAIN_S = "zfsobs 1 vq_dump ", 0.6
+# A probe whose END prints maps for zfsobs to make its last lines of (zfsobs/end_maps.py)
+_END_MAPS = "zfsobs 1 end_maps "
 REQUIRED_PROBES = ("txg",)     # the backbone; the others are left out where the target cannot give them
 START_TIMEOUT = float(os.environ.get("ZFSOBS_ATTACH_TIMEOUT") or 60)  # the kernel lab raises it for TCG
 # Per-CPU counter keys (the zil probe) multiply with CPUs and pools: room for 64k keys per map
@@ -171,6 +174,8 @@ class BpftraceSource:
         dumps = None
         if not is_err and _DUMPS in self._text(name):
             dumps = self._dumps[name] = VqDumps()
+        elif not is_err and _END_MAPS in self._text(name):
+            dumps = EndMaps()
         for raw in stream:
             raw = raw.rstrip("\n")
             if is_err:
