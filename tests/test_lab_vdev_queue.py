@@ -20,6 +20,7 @@ from conftest import lab_ready, truth_running
 from zfsobs import vq_dumps
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser, parse_all
+from zfsobs.probes import render
 from zfsobs.targets import libzpool
 
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(bool(lab_ready()), reason=lab_ready() or "ok")]
@@ -91,8 +92,13 @@ def runs(tmp_path_factory):
             key = (int(m[2]), m[4], int(m[5]))     # lab pool names of one pid fold together
             agg = tmaps[m[1]]
             agg[key] = max(agg[key], int(m[6])) if m[1] == "amax" else agg[key] + int(m[6])
-    _, second, _ = record(tmp, LIMITS[1], watch=False)
-    return {"runs": (first, second), "files": files, "truth": tmaps, "seconds": time.time() - started}
+    # run 2 also has a second copy of the probe beside zfsobs's own, its raw output kept
+    raw = tmp / "raw"
+    raw.mkdir()
+    with truth_running(raw, render("vdev_queue", lib).text, lib.path):
+        _, second, _ = record(tmp, LIMITS[1], watch=False)
+    return {"runs": (first, second), "files": files, "truth": tmaps, "seconds": time.time() - started,
+            "raw": (raw / "truth.out").read_text().splitlines()}
 
 
 def vq(events, cls=None):
@@ -153,9 +159,12 @@ def test_async_write_active_reaches_and_never_passes_the_limit(runs):
 
 def test_the_dumps_become_lines_of_the_documented_shape(runs):
     """bpftrace prints the probe's maps; zfsobs/vq_dumps.py makes them the vq, vq_lat and vq_vdev
-    lines of docs/events.md, every field present, and nothing of the dumps leaks into the stream."""
+    lines of docs/events.md, every field present, and nothing of the dumps leaks into the stream.
+    One vq_vdev line per (pid, vd) and time: a vdev_t's incarnations at one address never share one."""
     for events in runs["runs"]:
         seen = defaultdict(int)
+        vdevs = [(ev.get("pid"), ev.get("vd"), ev.ts) for ev in events if ev.kind == "vq_vdev"]
+        assert len(vdevs) == len(set(vdevs)), "two vq_vdev lines of one (pid, vd) at one time"
         for ev in events:
             assert ev.kind not in vq_dumps.OWN, ev.line()
             if ev.kind in vq_dumps.LINES:
@@ -232,3 +241,35 @@ def test_max_active_and_completions_equal_the_librarys_own_counters(runs):
     assert not bad_max, f"{len(bad_max)} (key, act_max, library's max active) off: {bad_max[:10]}"
     assert not bad_done, f"{len(bad_done)} (key, done, vdev_queue_io_done calls) off: {bad_done[:10]}"
     assert matched >= 0.5 * len(done), f"only {matched}/{len(done)} series ended with final=1"
+
+
+def test_a_lost_vq_free_line_costs_no_counts(runs):
+    """The probe's real output (run 2) through zfsobs/vq_dumps.py as it came, and again without its
+    vq_free lines: a vdev_t allocated again at a freed one's address proves the free (its key's
+    incarnation number went up), so every incarnation's counts still come out, ended by final=1."""
+    raw = runs["raw"]
+    frees = [line for line in raw if line.startswith("zfsobs 1 vq_free ")]
+    again = {tuple(line.split()[4:6]) for line in frees if not line.endswith(" gen=0")}
+    assert len(again) >= 2, f"only {len(again)} addresses allocated again in the run: nothing tested"
+
+    def totals(lines):
+        dumps, out = vq_dumps.VqDumps(), []
+        for line in lines:
+            out += dumps.feed(line)
+        out += dumps.flush()
+        done, prev, finals = defaultdict(int), {}, 0
+        for ev in vq(parse_all(out, Parser())):
+            key = (ev.get("pid"), ev.get("vd"), ev.get("class"))
+            done[key] += ev.get("done") - prev.get(key, 0)
+            prev[key] = ev.get("done")
+            if ev.get("final"):
+                del prev[key]
+                finals += 1
+        return done, finals
+
+    whole, finals = totals(raw)
+    without, finals_without = totals([line for line in raw if line not in frees])
+    assert sum(whole.values()) > 10000 and without == whole
+    print(f"\nvdev_queue: {len(frees)} frees, {len(again)} addresses again; final lines {finals} "
+          f"with vq_free, {finals_without} without")
+    assert 0 < finals_without <= finals

@@ -44,9 +44,13 @@ class VqDumps:
         self.lock = threading.Lock()            # feed (a pipe's reader thread) against flush
 
     def flush(self) -> list[str]:
-        """The lines still held back (at the stop, once the last dumps are in), as of the last dump."""
+        """The lines still held back (at the stop, once the last dumps are in), as of the last dump;
+        a vdev_t's incarnations at one address one after the other, a nanosecond apart."""
+        out: list[str] = []
         with self.lock:
-            return self._lines({"end": self.end, "n": {}, "x": {}}, every=True)
+            while lines := self._lines({"end": self.end + bool(out), "n": {}, "x": {}}, every=True):
+                out += lines
+        return out
 
     def feed(self, line: str) -> list[str]:
         """Lines for the stream: none while a dump is read, its lines at its end."""
@@ -126,8 +130,20 @@ class VqDumps:
             top = self.tops.setdefault(key, [None, None])
             top[k] = value if top[k] is None else max(top[k], value)
             self.dirty.add(key)
+        # a newer incarnation at an address proves the older one's vdev_free ran before this dump's
+        # end, had its vq_free line been lost
+        newest: dict[tuple, int] = {}
+        for pid, vd, gen, _ in self.sums:
+            newest[(pid, vd)] = max(newest.get((pid, vd), gen), gen)
+        for pid, vd, gen, _ in self.sums:
+            if gen < newest[(pid, vd)]:
+                self.freed.setdefault((pid, vd, gen), end)
         # a freed vdev: the dump covering its vdev_free holds its last counts
         final = {v for v, t in self.freed.items() if end >= t}
+        for vdev in final - {k[:3] for k in self.sums}:     # no I/O counted: no line to make
+            self.freed.pop(vdev, None)
+            self.ident.pop(vdev, None)
+        final = {v for v in final if v in self.freed}
         if final:
             self.dirty.update(k for k in self.sums if k[:3] in final)
         if not end:
@@ -141,6 +157,11 @@ class VqDumps:
         for pid, vd, gen, _ in self.sums:
             oldest[(pid, vd)] = min(oldest.get((pid, vd), gen), gen)
         due = {v for v in due if v in final or oldest.get(v[:2], v[2]) >= v[2]}
+        # and when both are final in one dump (freed within a tick), the newer waits for the next
+        first: dict[tuple, tuple] = {}
+        for vdev in sorted(due):
+            first.setdefault(vdev[:2], vdev)
+        due = set(first.values())
         keys = sorted(k for k in self.dirty if k[:3] in due)
         self.dirty.difference_update(keys)
         out = []
