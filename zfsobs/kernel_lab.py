@@ -33,6 +33,7 @@ STREAMS = ("console", "stdout", "stderr", "signal")   # qemu connects to one soc
 DEFAULT_TIMEOUT = 3600.0
 TEMP_PREFIX = "zfsobs-klab-"
 STOP_GRACE = 120.0        # after Ctrl-C: how long CMD gets to finish in the guest (TCG is slow)
+POWEROFF_GRACE = 60.0     # after CMD ended (its rc written): how long the guest gets to power off
 ATTACH_TIMEOUT_TCG = 900  # bpftrace compiles and attaches ~20x slower under TCG
 
 
@@ -185,7 +186,13 @@ class KernelLab:
             now = time.monotonic()
             if now > deadline:
                 raise ZfsobsError(f"lab --kernel: timed out after {self.timeout:g} s; guest powered off")
-            if self._stopping and now - self._stopping > STOP_GRACE:
+            exited = self.timings.get("exited_at")
+            if exited and now - exited > POWEROFF_GRACE:
+                # CMD is done and its rc is in; the rest is the guest's own shutdown, which under
+                # TCG on a busy host can take minutes (a CI run): nothing left in it to wait for
+                self.qemu.terminate()
+                break
+            if self._stopping and not exited and now - self._stopping > STOP_GRACE:
                 raise ZfsobsError(f"lab --kernel: the command did not stop within {STOP_GRACE:g} s "
                                   "of being asked; guest powered off")
             try:
@@ -266,9 +273,11 @@ class KernelLab:
             line = line.rstrip(b"\r")
             if line.strip():
                 self.console_tail.append(line)
-            m = re.search(rb"zfsobs-agent: \[([\d.]+)s\] (up|running)", line)
+            m = re.search(rb"zfsobs-agent: \[([\d.]+)s\] (up|running|command exited)", line)
             if m:
-                self.timings["guest_" + m.group(2).decode()] = float(m.group(1))
+                self.timings["guest_" + m.group(2).decode().split()[-1]] = float(m.group(1))
+            if m and m.group(2) == b"command exited":
+                self.timings["exited_at"] = time.monotonic()
 
     def _result(self) -> int:
         ctl = self.dir / "ctl"
