@@ -76,6 +76,7 @@ class KernelLab:
         self._socks: list[socket.socket] = []
         self._signal_conn: socket.socket | None = None
         self._stopping = 0.0      # when CMD was asked to stop (Ctrl-C, SIGTERM)
+        self._exited = 0.0        # when the agent said CMD exited (its rc written)
 
     @staticmethod
     def _share(path: str) -> Path:
@@ -186,13 +187,12 @@ class KernelLab:
             now = time.monotonic()
             if now > deadline:
                 raise ZfsobsError(f"lab --kernel: timed out after {self.timeout:g} s; guest powered off")
-            exited = self.timings.get("exited_at")
-            if exited and now - exited > POWEROFF_GRACE:
+            if self._exited and now - self._exited > POWEROFF_GRACE:
                 # CMD is done and its rc is in; the rest is the guest's own shutdown, which under
                 # TCG on a busy host can take minutes (a CI run): nothing left in it to wait for
                 self.qemu.terminate()
                 break
-            if self._stopping and not exited and now - self._stopping > STOP_GRACE:
+            if self._stopping and not self._exited and now - self._stopping > STOP_GRACE:
                 raise ZfsobsError(f"lab --kernel: the command did not stop within {STOP_GRACE:g} s "
                                   "of being asked; guest powered off")
             try:
@@ -274,10 +274,10 @@ class KernelLab:
             if line.strip():
                 self.console_tail.append(line)
             m = re.search(rb"zfsobs-agent: \[([\d.]+)s\] (up|running|command exited)", line)
-            if m:
-                self.timings["guest_" + m.group(2).decode().split()[-1]] = float(m.group(1))
             if m and m.group(2) == b"command exited":
-                self.timings["exited_at"] = time.monotonic()
+                self._exited = time.monotonic()
+            elif m:
+                self.timings["guest_" + m.group(2).decode()] = float(m.group(1))
 
     def _result(self) -> int:
         ctl = self.dir / "ctl"

@@ -171,10 +171,10 @@ class BpftraceSource:
         return [self.bpftrace, path]
 
     def _pump(self, name: str, stream, is_err: bool) -> None:
-        dumps = None
-        if not is_err and _DUMPS in self._text(name):
+        dumps, text = None, "" if is_err else self._text(name)
+        if _DUMPS in text:
             dumps = self._dumps[name] = VqDumps()
-        elif not is_err and _END_MAPS in self._text(name):
+        elif _END_MAPS in text:
             dumps = EndMaps()
         for raw in stream:
             raw = raw.rstrip("\n")

@@ -130,13 +130,13 @@ class VqDumps:
             top = self.tops.setdefault(key, [None, None])
             top[k] = value if top[k] is None else max(top[k], value)
             self.dirty.add(key)
+        gens: dict[tuple, set] = {}             # (pid, vd) -> the incarnations with counts
+        for pid, vd, gen, _ in self.sums:
+            gens.setdefault((pid, vd), set()).add(gen)
         # a newer incarnation at an address proves the older one's vdev_free ran before this dump's
         # end, had its vq_free line been lost
-        newest: dict[tuple, int] = {}
-        for pid, vd, gen, _ in self.sums:
-            newest[(pid, vd)] = max(newest.get((pid, vd), gen), gen)
-        for pid, vd, gen, _ in self.sums:
-            if gen < newest[(pid, vd)]:
+        for (pid, vd), seen in gens.items():
+            for gen in seen - {max(seen)}:
                 self.freed.setdefault((pid, vd, gen), end)
         # a freed vdev: the dump covering its vdev_free holds its last counts
         final = {v for v, t in self.freed.items() if end >= t}
@@ -153,10 +153,7 @@ class VqDumps:
         due = {k[:3] for k in self.dirty if every or k[:3] in final or end - self.emitted.get(k[:3], 0) >= EMIT_NS}
         # a vdev_t allocated again at a freed one's address waits until the old one's final lines are
         # out: lines of both at one time would carry the same (pid, vd)
-        oldest: dict[tuple, int] = {}
-        for pid, vd, gen, _ in self.sums:
-            oldest[(pid, vd)] = min(oldest.get((pid, vd), gen), gen)
-        due = {v for v in due if v in final or oldest.get(v[:2], v[2]) >= v[2]}
+        due = {v for v in due if v in final or min(gens.get(v[:2], {v[2]})) >= v[2]}
         # and when both are final in one dump (freed within a tick), the newer waits for the next
         first: dict[tuple, tuple] = {}
         for vdev in sorted(due):
