@@ -17,6 +17,7 @@ from collections import defaultdict
 import pytest
 
 from conftest import lab_ready, truth_running
+from test_vq_dumps import FREE, totals
 from zfsobs import vq_dumps
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser, parse_all
@@ -245,31 +246,16 @@ def test_max_active_and_completions_equal_the_librarys_own_counters(runs):
 
 def test_a_lost_vq_free_line_costs_no_counts(runs):
     """The probe's real output (run 2) through zfsobs/vq_dumps.py as it came, and again without its
-    vq_free lines: a vdev_t allocated again at a freed one's address proves the free (its key's
-    incarnation number went up), so every incarnation's counts still come out, ended by final=1."""
+    vq_free lines: no completion is lost. Whether ztest frees and reallocates vdev_t addresses in a
+    run is chance (it exports and re-imports its pool at a pass's end one time in two), so the
+    inference a reused address makes is held by tests/test_vq_dumps.py on a recorded run that did."""
     raw = runs["raw"]
-    frees = [line for line in raw if line.startswith("zfsobs 1 vq_free ")]
+    frees = [line for line in raw if line.startswith(FREE)]
     again = {tuple(line.split()[4:6]) for line in frees if not line.endswith(" gen=0")}
-    assert len(again) >= 2, f"only {len(again)} addresses allocated again in the run: nothing tested"
-
-    def totals(lines):
-        dumps, out = vq_dumps.VqDumps(), []
-        for line in lines:
-            out += dumps.feed(line)
-        out += dumps.flush()
-        done, prev, finals = defaultdict(int), {}, 0
-        for ev in vq(parse_all(out, Parser())):
-            key = (ev.get("pid"), ev.get("vd"), ev.get("class"))
-            done[key] += ev.get("done") - prev.get(key, 0)
-            prev[key] = ev.get("done")
-            if ev.get("final"):
-                del prev[key]
-                finals += 1
-        return done, finals
-
-    whole, finals = totals(raw)
-    without, finals_without = totals([line for line in raw if line not in frees])
+    whole, (fed, _) = totals(raw)
+    without, (fed_without, _) = totals([line for line in raw if not line.startswith(FREE)])
+    print(f"\nvdev_queue: {len(frees)} frees, {len(again)} addresses again; final lines before the stop: "
+          f"{fed} with vq_free, {fed_without} without")
+    assert frees, "no vq_free line: ztest ended without freeing its vdevs"
     assert sum(whole.values()) > 10000 and without == whole
-    print(f"\nvdev_queue: {len(frees)} frees, {len(again)} addresses again; final lines {finals} "
-          f"with vq_free, {finals_without} without")
-    assert 0 < finals_without <= finals
+    assert fed_without <= fed

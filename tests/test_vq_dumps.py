@@ -1,0 +1,58 @@
+"""zfsobs/vq_dumps.py on the vdev queue probe's own output, recorded from a real run (bpftrace on
+libzpool 2.1.11 beside the lab's ztest, in a pass that exported and re-imported its pool, so vdev_t
+addresses were freed and allocated again in one process). Re-record: ./scripts/record-fixtures."""
+from __future__ import annotations
+
+import glob
+import gzip
+from collections import defaultdict
+
+import pytest
+
+from zfsobs import vq_dumps
+from zfsobs.events import Parser, parse_all
+
+FREE = "zfsobs 1 vq_free "
+
+
+def totals(lines):
+    """Completions per (pid, vd, class), summed over incarnations; final lines made while the dumps
+    were fed (an incarnation ended by its free or by a newer one at its address) and at the flush."""
+    dumps, out = vq_dumps.VqDumps(), []
+    for line in lines:
+        out += dumps.feed(line)
+    fed = len(out)
+    out += dumps.flush()
+    done, prev, finals = defaultdict(int), {}, [0, 0]
+    for i, ev in enumerate(parse_all(out, Parser())):
+        if ev.kind != "vq":
+            continue
+        key = (ev.get("pid"), ev.get("vd"), ev.get("class"))
+        done[key] += ev.get("done") - prev.get(key, 0)
+        prev[key] = ev.get("done")
+        if ev.get("final"):
+            del prev[key]
+            finals[i >= fed] += 1
+    return done, finals
+
+
+@pytest.fixture(scope="module")
+def raw():
+    paths = sorted(glob.glob("tests/data/vq-raw-*.txt.gz"))
+    assert paths, "no recorded vdev queue probe output in tests/data (./scripts/record-fixtures)"
+    with gzip.open(paths[-1], "rt") as f:
+        return f.read().splitlines()
+
+
+def test_a_lost_vq_free_line_costs_no_counts(raw):
+    """Fed as it came and again without its vq_free lines: a vdev_t allocated again at a freed one's
+    address proves the free (the key's incarnation number went up), so every incarnation's counts
+    still come out, and the older one ends with final=1 before the stop, not at it."""
+    frees = [line for line in raw if line.startswith(FREE)]
+    again = {tuple(line.split()[4:6]) for line in frees if not line.endswith(" gen=0")}
+    assert len(again) >= 10, f"only {len(again)} addresses allocated again: re-record (./scripts/record-fixtures)"
+    whole, (fed, _) = totals(raw)
+    without, (fed_without, _) = totals([line for line in raw if not line.startswith(FREE)])
+    assert sum(whole.values()) > 10000 and without == whole
+    # without vq_free lines only a newer incarnation can end an older one before the stop
+    assert 0 < fed_without <= fed, f"{fed_without} final lines before the stop without vq_free, {fed} with"
