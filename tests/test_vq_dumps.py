@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import glob
 import gzip
+import os
 from collections import defaultdict
 
 import pytest
 
+from conftest import DATA
 from zfsobs import vq_dumps
 from zfsobs.events import Parser, parse_all
 
@@ -38,7 +40,7 @@ def totals(lines):
 
 @pytest.fixture(scope="module")
 def raw():
-    paths = sorted(glob.glob("tests/data/vq-raw-*.txt.gz"))
+    paths = sorted(glob.glob(os.path.join(DATA, "vq-raw-*.txt.gz")))
     assert paths, "no recorded vdev queue probe output in tests/data (./scripts/record-fixtures)"
     with gzip.open(paths[-1], "rt") as f:
         return f.read().splitlines()
