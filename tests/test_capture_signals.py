@@ -56,3 +56,54 @@ def test_no_line_is_lost_or_repeated_whenever_a_signal_lands(tmp_path):
             path.unlink()
     finally:
         restore_defaults()
+
+
+class Batches:
+    """Hands out lines in batches, as a source's poll() does: once handed over they are the
+    pipeline's to keep."""
+
+    def __init__(self, lines: list[str], size: int):
+        self.lines, self.size, self.handed = lines, size, 0
+
+    def poll(self, timeout: float) -> list[str]:
+        batch = self.lines[self.handed:self.handed + self.size]
+        self.handed += len(batch)
+        return batch
+
+
+def test_a_signal_while_a_batch_is_fed_loses_none_of_it(tmp_path):
+    """A SIGINT or SIGTERM landing while the pipeline feeds a batch (here sent by the model's
+    listener at a random line of it) stops the session only once the whole batch is in the
+    capture. The lines are the recorded lab capture's (conftest.recorded_capture)."""
+    from conftest import recorded_capture
+    from zfsobs.model import Model
+    from zfsobs.pipeline import Pipeline
+    from zfsobs.views.status import Status
+
+    lines = read_capture(recorded_capture()).lines[:3000]
+    rng = random.Random(7)
+    for case in range(20):
+        sig = (signal.SIGINT, signal.SIGTERM)[case % 2]
+        kill_at, fed = rng.randrange(1, len(lines)), [0]
+
+        def listener(ev, kill_at=kill_at, sig=sig):
+            fed[0] += 1
+            if fed[0] == kill_at:
+                os.kill(os.getpid(), sig)
+
+        source = Batches(lines, rng.choice((50, 300, 1000)))
+        path = tmp_path / f"{case}.cap"
+        writer = CaptureWriter(str(path), {"source": "test"})
+        pipeline = Pipeline(source, Model(), Status(meta={}), writer, listeners=[listener])
+        raise_on_termination()
+        try:
+            while source.handed < len(lines):
+                pipeline.step(0)
+        except (Terminated, KeyboardInterrupt):
+            pass
+        finally:
+            restore_defaults()
+        writer.close({"reason": "signalled"})
+        assert fed[0] >= kill_at, f"case {case}: the signal never came"
+        assert read_capture(str(path)).lines == lines[:source.handed], \
+            f"case {case}: {source.handed} lines handed over, the signal at line {kill_at}"

@@ -15,6 +15,7 @@ from zfsobs.errors import ZfsobsError
 from zfsobs.events import format_line
 from zfsobs.kstat_queue import NA as VQ_NA
 from zfsobs.kstat_queue import SAMPLE_S, QueueSampler
+from zfsobs.signals import stop_pending
 from zfsobs.targets import Target
 
 READ_NS = 10**9
@@ -97,7 +98,7 @@ class KstatSource:
                 if self.queue.error and not self.ended:
                     self.ended = self.queue.error
             left = deadline - time.monotonic()
-            if lines or left <= 0:
+            if lines or left <= 0 or stop_pending():
                 return lines
             time.sleep(min(left, 0.05, max(0.0, (self._next - time.monotonic_ns()) / 1e9)))
 

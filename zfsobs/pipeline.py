@@ -6,6 +6,7 @@ from typing import Callable
 from zfsobs.capture import CaptureWriter
 from zfsobs.events import Event, Parser, is_event_line
 from zfsobs.model import Model
+from zfsobs.signals import whole
 from zfsobs.views.status import Status
 
 
@@ -25,11 +26,14 @@ class Pipeline:
         self.kept = 0                  # events that passed the pool filter
 
     def step(self, timeout: float) -> None:
-        for line in self.source.poll(timeout):
-            self.feed_line(line)
-        if self.watcher is not None:
-            for line in self.watcher.poll():
+        # poll() takes lines out of the source: a stop signal raised before they are all fed would
+        # lose the rest of the batch, so it waits (the sources' waits end early when one comes)
+        with whole():
+            for line in self.source.poll(timeout):
                 self.feed_line(line)
+            if self.watcher is not None:
+                for line in self.watcher.poll():
+                    self.feed_line(line)
         if self.capture is not None:
             self.capture.tick()
             self.status.recorded_bytes = self.capture.bytes

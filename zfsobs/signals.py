@@ -40,6 +40,11 @@ def restore_defaults() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
+def stop_pending() -> bool:
+    """A stop signal waits for the current whole() section: a wait inside one should end now."""
+    return bool(_pending)
+
+
 @contextmanager
 def whole():
     """A section that a stop signal waits for: it is raised when the section ends, unless the

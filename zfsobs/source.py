@@ -19,6 +19,7 @@ from zfsobs.errors import ZfsobsError
 from zfsobs.events import format_line
 from zfsobs.probes import Rendered, render
 from zfsobs.procs import die_with_parent, remove_stale
+from zfsobs.signals import stop_pending
 from zfsobs.targets import Target
 from zfsobs.end_maps import EndMaps
 from zfsobs.vq_dumps import VqDumps
@@ -201,7 +202,7 @@ class BpftraceSource:
         """Lines that arrived within `timeout` seconds; raises if a probe failed to start."""
         deadline = time.monotonic() + timeout
         lines = self._take()
-        while not lines and time.monotonic() < deadline:
+        while not lines and time.monotonic() < deadline and not stop_pending():
             time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
             lines = self._take()
         for line in lines:
