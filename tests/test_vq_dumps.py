@@ -12,7 +12,7 @@ import pytest
 
 from conftest import DATA
 from zfsobs import vq_dumps
-from zfsobs.events import Parser, parse_all
+from zfsobs.events import Parser
 
 FREE = "zfsobs 1 vq_free "
 
@@ -25,9 +25,10 @@ def totals(lines):
         out += dumps.feed(line)
     fed = len(out)
     out += dumps.flush()
-    done, prev, finals = defaultdict(int), {}, [0, 0]
-    for i, ev in enumerate(parse_all(out, Parser())):
-        if ev.kind != "vq":
+    done, prev, finals, parser = defaultdict(int), {}, [0, 0], Parser()
+    for i, line in enumerate(out):      # in the order made (parse_all would sort by time)
+        ev = parser.parse(line)
+        if ev is None or ev.kind != "vq":
             continue
         key = (ev.get("pid"), ev.get("vd"), ev.get("class"))
         done[key] += ev.get("done") - prev.get(key, 0)
