@@ -87,13 +87,15 @@ def pytest_collection_modifyitems(config, items):
 
 
 @contextlib.contextmanager
-def truth_running(tmp, script: str, library: str, stop_timeout: float = 300):
+def truth_running(tmp, script: str, library: str, stop_timeout: float = 120):
     """An independent ground-truth bpftrace (the test's own script, LIB = the library) writing
     tmp/truth.out, attached before the body runs and stopped (its END output written) after it.
-    bpftrace usually exits within a second of SIGINT, but once in CI (kernel 6.18) took ~3 minutes
-    to detach its uprobes and write its output: hence the long limit."""
+    It is stopped the way zfsobs stops its own (zfsobs/stop_marker.py): bpftrace 0.17 can lose a
+    SIGINT for good (CI once saw one sit 300 s in epoll_wait after it)."""
+    from zfsobs.stop_marker import StopMarker
+    marker = StopMarker()
     path = tmp / "truth.bt"
-    path.write_text(script.replace("LIB", library))
+    path.write_text(script.replace("LIB", library) + marker.probe())
     with open(tmp / "truth.out", "w") as out:
         proc = subprocess.Popen(["bpftrace", str(path)], stdout=out, stderr=subprocess.DEVNULL)
         try:
@@ -103,5 +105,9 @@ def truth_running(tmp, script: str, library: str, stop_timeout: float = 300):
                 time.sleep(0.2)
             yield proc
         finally:
-            proc.send_signal(signal.SIGINT)
-            proc.wait(stop_timeout)
+            marker.fire()
+            try:
+                proc.wait(stop_timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise

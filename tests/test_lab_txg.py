@@ -108,7 +108,7 @@ def test_each_sync_time_agrees_with_zfs_own_stime(run):
 
 def test_each_sync_time_agrees_with_a_second_uretprobe(run):
     rows, ret = txgs(run), run["ret"]
-    matched = 0
+    matched, off = 0, []
     for r in rows:
         truth = ret.get((r["pid"], r["start"]))
         if truth is None:   # the other program's entry timestamp differs by the trap order
@@ -116,11 +116,15 @@ def test_each_sync_time_agrees_with_a_second_uretprobe(run):
             truth = near[0] if len(near) == 1 else None
         if truth is None:
             continue
-        assert agree(r["sync_ns"], truth, URETPROBE_FLOOR_NS), (r, truth)
+        if not agree(r["sync_ns"], truth, URETPROBE_FLOOR_NS):
+            off.append((r, truth))
         matched += 1
     # the second program's own uretprobe loses returns under load on kernel 6.18 (CI: 584 of 735
-    # matched): every txg it did see must agree, and it must see most of them
+    # matched): it must see most txgs. The two return handlers run one after the other in one trap,
+    # and the task can be preempted between them: with both cores busy (stress-ng --cpu 2, the 2.3
+    # lab's same check, 4 runs, 1046 syncs) 1 sync was off by more than the floor. So 99 % agree.
     assert matched >= 0.7 * len(rows), (matched, len(rows))
+    assert len(off) <= 0.01 * matched, off[:5]
 
 
 def test_intervals_and_dirty_are_consistent(run):

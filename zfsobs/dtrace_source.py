@@ -101,6 +101,7 @@ def dtrace_version(dtrace: str) -> str:
 
 class DtraceSource(BpftraceSource):
     """BpftraceSource's pumps, stop handling (bye) and cleanup, around dtrace processes."""
+    marked_stop = False     # dtrace is stopped by SIGINT (no libc probe in the D scripts)
     tracer = "dtrace"
 
     def __init__(self, target: Target, probes=DEFAULT_PROBES, tunables: dict | None = None, pools=None):

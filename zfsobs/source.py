@@ -20,6 +20,7 @@ from zfsobs.events import format_line
 from zfsobs.probes import Rendered, render
 from zfsobs.procs import die_with_parent, remove_stale
 from zfsobs.signals import stop_pending
+from zfsobs.stop_marker import StopMarker
 from zfsobs.targets import Target
 from zfsobs.end_maps import EndMaps
 from zfsobs.vq_dumps import VqDumps
@@ -107,6 +108,7 @@ def _ts(line: str) -> int | None:
 
 class BpftraceSource:
     tracer = "bpftrace"     # in messages; DtraceSource says dtrace
+    marked_stop = True      # scripts carry a stop probe (zfsobs/stop_marker.py); dtrace gets SIGINT
     def __init__(self, target: Target, probes=DEFAULT_PROBES, tunables: dict | None = None):
         self.target = target
         self.bpftrace = check_tracing()
@@ -147,14 +149,16 @@ class BpftraceSource:
         self._dumps: dict[str, VqDumps] = {}      # per probe that prints dumps (zfsobs/vq_dumps.py)
         self._dir = ""
         self.ended = ""           # why the source stopped, once it has
+        self._marker: StopMarker | None = None    # how bpftrace is told to stop (dtrace: SIGINT)
 
     def start(self) -> "BpftraceSource":
         remove_stale(tempfile.gettempdir(), PREFIX)
         self._dir = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")
+        self._marker = StopMarker() if self.marked_stop else None
         for r in self.rendered:
             path = os.path.join(self._dir, r.name + ".bt")
             with open(path, "w") as f:
-                f.write(r.text)
+                f.write(r.text + (self._marker.probe() if self._marker else ""))
             proc = subprocess.Popen(self.command(path), stdout=subprocess.PIPE, env=_BPFTRACE_ENV,
                                     stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
                                     bufsize=1, preexec_fn=_child_setup, start_new_session=True)
@@ -249,7 +253,7 @@ class BpftraceSource:
 
     def finish(self, timeout: float = 5.0) -> list[str]:
         """Stop the probes and return every line they still had: what the kernel's buffers held and
-        bpftrace had not printed yet (e.g. the final counts of a process that just exited). SIGINT
+        bpftrace had not printed yet (e.g. the final counts of a process that just exited). The stop
         makes bpftrace print what is buffered, run END and exit; its pipes then reach EOF."""
         if self._dumps:
             time.sleep(DUMP_DRAIN_S)      # END prints no dump (it runs as probes detach): wait for the ticks
@@ -257,7 +261,7 @@ class BpftraceSource:
                 for line in dumps.flush():
                     self._take_line(name, line)
         self._stop_ns = time.monotonic_ns()
-        self._signal(signal.SIGINT)
+        self._ask_stop()
         deadline = time.monotonic() + timeout
         for pump in self._pumps:
             pump.join(max(0.0, deadline - time.monotonic()))
@@ -287,6 +291,13 @@ class BpftraceSource:
         except IndexError:
             return lines
 
+    def _ask_stop(self) -> None:
+        """Every tracer prints what it holds, runs END and exits (zfsobs/stop_marker.py)."""
+        if self._marker:
+            self._marker.fire()
+        else:
+            self._signal(signal.SIGINT)
+
     def _signal(self, sig: int) -> None:
         for _, proc in self._procs:
             if proc.poll() is None:
@@ -296,8 +307,8 @@ class BpftraceSource:
                     pass
 
     def close(self) -> None:
-        """Stop every bpftrace (SIGINT lets it detach its probes), then clean up."""
-        self._signal(signal.SIGINT)
+        """Stop every tracer (letting it detach its probes), then clean up."""
+        self._ask_stop()
         for _, proc in self._procs:
             try:
                 proc.wait(10)
