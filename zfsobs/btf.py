@@ -42,6 +42,7 @@ class Btf:
         self._decoded: dict[int, tuple] = {}
         self.next_id = self._first_id + len(self._pos)
         self._names: dict[tuple[int, str], list[int]] | None = None
+        self._enums: dict[str, int] | None = None
 
     def all_strings(self) -> bytes:
         return (self.base.all_strings() if self.base else b"") + self.strings
@@ -195,11 +196,14 @@ class Btf:
     def enum_value(self, name: str) -> int:
         """The value of enumerator `name` (e.g. ZIO_FLAG_DONT_QUEUE) in any enum."""
         for btf in self._chain():
-            for kind, _, _, _, items in btf.types:
-                if kind in (ENUM, ENUM64):
-                    for e_name, value in items:
-                        if e_name == name:
-                            return value
+            if btf._enums is None:      # one pass over the enums, not one per lookup (~100k types)
+                btf._enums = {}
+                for kind, _, _, _, items in btf.types:
+                    if kind in (ENUM, ENUM64):
+                        for e_name, value in items:
+                            btf._enums.setdefault(e_name, value)
+            if name in btf._enums:
+                return btf._enums[name]
         raise ZfsobsError(f"BTF: no enumerator {name}")
 
     def _chain(self) -> list["Btf"]:
