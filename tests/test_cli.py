@@ -88,9 +88,9 @@ def test_a_wrong_target_path(path, pattern, tmp_path):
 def test_lab_option_must_be_a_tunable(tmp_path):
     one_line_error(run("lab", "-o", "garbage"), "expected NAME=INTEGER")
     one_line_error(run("top", "-o", "zfs_txg_timeout=1", "--target", "libzpool"), "lab only")
-    # record's -o is its output file: with -O too, a tunable must not silently become a file name
-    one_line_error(run("record", "--lab", "-o", "zfs_vdev_async_write_max_active=2", "-O", str(tmp_path / "c")),
-                   "--option NAME=VALUE")
+    # -o is a tunable in record too; its old meaning (-o FILE) with -O is refused, not a second file
+    one_line_error(run("record", "--lab", "-o", str(tmp_path / "b"), "-O", str(tmp_path / "c")),
+                   "-o takes NAME=VALUE (a lab tunable); the output file is -O FILE")
 
 
 def test_zfs_version_choice(tmp_path):

@@ -134,7 +134,9 @@ def read_capture(path: str) -> Capture:
     other than ZfsobsError (missing, foreign or too-new files)."""
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            data = f.read(len(FILE_MAGIC))     # first: a device like /dev/zero never ends
+            if data == FILE_MAGIC:
+                data += f.read()
     except FileNotFoundError:
         raise ZfsobsError(f"{path}: no such file") from None
     except IsADirectoryError:

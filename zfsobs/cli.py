@@ -1,173 +1,61 @@
-"""Command line: argument parsing and dispatch. Every user-facing failure is one line, no traceback."""
+"""Command line: dispatch to the commands (their grammar: zfsobs/cli_parser.py). Every failure is
+one line on stderr, no traceback: a ZfsobsError its own message and status; anything unexpected an
+"internal error" line and status 70 (EX_SOFTWARE), the traceback only with ZFSOBS_DEBUG=1."""
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
+import traceback
 
-from zfsobs import __version__
-from zfsobs.errors import ZfsobsError
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
-    return value
-
-
-def _target_args(p: argparse.ArgumentParser) -> None:
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--lab", action="store_true",
-                       help="start the bundled userland ZFS lab (ztest) and trace it")
-    where.add_argument("--target", metavar="T",
-                       help="kernel | libzpool | libzpool:PATH | PATH (default: kernel if loaded)")
-    p.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE",
-                   help="with --lab: a ZFS tunable for the lab's ztest (repeatable)")
-    p.add_argument("--workload", default="default", metavar="W",
-                   help="with --lab: default, or zil (one dataset, 16 KiB log blocks: a busier ZIL)")
-    _zfs_arg(p, "with --lab: ")
-    p.add_argument("--lab-time", type=_positive, metavar="S",
-                   help="with --lab: ztest runs S seconds and ends by itself, which ends the session "
-                        "(a clean end: every commit and txg in flight completes)")
-    p.add_argument("--source", choices=("auto", "trace", "kstat"), default="auto",
-                   help="trace (bpftrace as root), kstat (ZFS's own counters, no root; fewer fields: "
-                        "docs/kstat.md), or auto: trace if it can run here, else kstat (the header says which)")
-    p.add_argument("-p", "--pool", action="append", default=[], metavar="POOL",
-                   help="only this pool (repeatable; default: all pools)")
-
-
-def _zfs_arg(p: argparse.ArgumentParser, scope: str = "") -> None:
-    # validated by the lab (one-line error listing the builds), not by argparse's choices
-    p.add_argument("--zfs", metavar="V", help=f"{scope}the OpenZFS to run: 2.1 (installed; the default) "
-                   "or 2.3 (scripts/setup's private copy, docs/lab.md)")
-
-
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="zfsobs", description="Live ZFS internals: txg sync, ZIL, "
-                                 "vdev queue, vdev_cache.")
-    ap.add_argument("--version", action="version", version=f"zfsobs {__version__}")
-    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
-
-    p = sub.add_parser("top", help="live view (line mode when stdout is not a terminal)")
-    _target_args(p)
-    p.add_argument("--interval", type=_positive, default=1.0, metavar="S", help="refresh every S seconds (default 1)")
-    p.add_argument("--record", metavar="FILE", help="also record the stream to FILE")
-    p.add_argument("--force", action="store_true", help="overwrite an existing --record FILE")
-    p.add_argument("--duration", type=_positive, metavar="S", help="stop after S seconds")
-    p.add_argument("-s", "--separator", metavar="SEP", help="line mode: separate columns with SEP")
-
-    p = sub.add_parser("record", help="record the event stream to a capture file")
-    _target_args(p)
-    p.add_argument("-O", "--output", "--out", dest="record", required=True, metavar="FILE")
-    p.add_argument("--force", action="store_true", help="overwrite an existing FILE")
-    p.add_argument("--duration", type=_positive, metavar="S", help="stop after S seconds")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ...: record until CMD exits")
-
-    p = sub.add_parser("zilstat", help="ZIL traffic in zilstat's columns, per interval or per txg")
-    _target_args(p)
-    p.add_argument("-t", dest="timestamps", action="store_true", help="print a time column")
-    p.add_argument("-M", dest="megabytes", action="store_true", help="MB (10^6 bytes) instead of bytes")
-    p.add_argument("-l", dest="linecount", type=int, default=0, metavar="N", help="repeat the header every N lines")
-    p.add_argument("--record", metavar="FILE", help="also record the stream to FILE")
-    p.add_argument("--force", action="store_true", help="overwrite an existing --record FILE")
-    p.add_argument("interval", nargs="?", default="1", help="seconds, or 'txg' for one line per txg (default 1)")
-    p.add_argument("count", nargs="?", type=int, help="stop after COUNT lines")
-
-    p = sub.add_parser("vqstat", help="vdev queue depth in zpool iostat -q's columns, time-weighted per interval")
-    _target_args(p)
-    p.add_argument("-v", dest="verbose", action="store_true", help="a line per leaf vdev too")
-    p.add_argument("--max", dest="peak", action="store_true", help="the highest depth in each interval, not the mean")
-    p.add_argument("-t", dest="timestamps", action="store_true", help="print a time column")
-    p.add_argument("--record", metavar="FILE", help="also record the stream to FILE")
-    p.add_argument("--force", action="store_true", help="overwrite an existing --record FILE")
-    p.add_argument("interval", nargs="?", type=_positive, default=1.0, help="seconds (default 1)")
-    p.add_argument("count", nargs="?", type=int, help="stop after COUNT intervals")
-
-    p = sub.add_parser("replay", help="replay a capture through the live view")
-    p.add_argument("file")
-    p.add_argument("--speed", type=_positive, default=1.0, metavar="X")
-
-    p = sub.add_parser("report", help="summarise a capture")
-    p.add_argument("file")
-    p.add_argument("--format", choices=("text", "json", "csv"), default="text")
-    p.add_argument("--section", default="txgs", help="csv: which table (default txgs)")
-    p.add_argument("--compare", action="store_true", help="split the capture at tunable changes: per metric "
-                   "before/after mean, p99 and their ratio (docs/tuning.md)")
-
-    p = sub.add_parser("lab", help="run the userland ZFS lab (ztest) in the foreground, "
-                       "or with --kernel a command in a guest with the zfs module")
-    p.add_argument("--duration", type=_positive, metavar="S", help="stop after S seconds")
-    p.add_argument("--workload", metavar="W", help="default, or zil (a busier ZIL); with --kernel: mix "
-                   "(70/30 8k, the default), sync-write, random-read or none")
-    _zfs_arg(p)
-    p.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE",
-                   help="a ZFS tunable: for ztest, or with --kernel a zfs module parameter set at load")
-    p.add_argument("--kernel", action="store_true", help="the kernel lab: run -- CMD ... in a QEMU guest "
-                   "with OpenZFS's kernel module and pool zfsobs_klab (docs/kernel-lab.md)")
-    p.add_argument("--layout", help="with --kernel: mirror-log (default), mirror or single")
-    p.add_argument("--disk-size", metavar="SIZE", help="with --kernel: each data disk (default 2G, sparse)")
-    p.add_argument("--timeout", type=_positive, metavar="S", help="with --kernel: wall-clock limit "
-                   "(default 3600 s)")
-    p.add_argument("--console", action="store_true", help="with --kernel: copy the guest console to stderr")
-    p.add_argument("--share", action="append", default=[], metavar="DIR",
-                   help="with --kernel: a host directory the guest can write, at the same path (repeatable)")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="with --kernel: -- CMD ... to run in the guest; "
-                   "without: `set NAME=VALUE [--pid PID]` changes a tunable in the running lab (docs/tuning.md)")
-
-    p = sub.add_parser("probes", help="list probe scripts, or show one rendered for a target")
-    p.add_argument("action", choices=("list", "show"))
-    p.add_argument("name", nargs="?")
-    p.add_argument("--target", metavar="T", default="libzpool")
-
-    sub.add_parser("doctor", help="check what can be traced here")
-    return ap
-
-
-def _fix_record_args(argv: list[str]) -> list[str]:
-    # `record -o FILE` is the documented spelling; -o is the lab's tunable flag elsewhere.
-    if argv and argv[0] == "record":
-        head, sep, tail = _split_command(argv)
-        if head.count("-o") > 1 or ("-o" in head and {"-O", "--output", "--out"} & set(head)):
-            raise ZfsobsError("record: -o names the output file; give lab tunables with --option NAME=VALUE")
-        head = ["--output" if a == "-o" else a for a in head]
-        return head + sep + tail
-    return argv
-
-
-def _split_command(argv):
-    if "--" in argv:
-        i = argv.index("--")
-        return argv[:i], ["--"], argv[i + 1:]
-    return argv, [], []
+from zfsobs.cli_parser import LEGACY_OUTPUT, after_dashes, parse, positive
+from zfsobs.errors import INTERNAL_ERROR_STATUS, ZfsobsError, describe
+from zfsobs.signals import Terminated
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    ap = parser()
     try:
-        args = ap.parse_args(_fix_record_args(argv))
-        return _dispatch(args)
+        return _dispatch(parse(argv))
     except ZfsobsError as exc:
         print(f"zfsobs: {exc}", file=sys.stderr)
         return exc.status
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt:       # outside a session's loop, which ends on it by itself
+        print("zfsobs: interrupted (SIGINT)", file=sys.stderr)
+        return 128 + signal.SIGINT
+    except Terminated as exc:
+        print(f"zfsobs: terminated ({exc})", file=sys.stderr)
+        return 128 + signal.Signals.__members__.get(str(exc), signal.SIGTERM)
     except BrokenPipeError:
         # stdout closed (e.g. piped into head): not an error of ours.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _flush_stdout()
         return 0
+    except Exception as exc:        # a bug: a session's cleanup has run, its capture has its trailer
+        if os.environ.get("ZFSOBS_DEBUG") == "1":
+            traceback.print_exc()
+        print(f"zfsobs: internal error: {describe(exc)}; ZFSOBS_DEBUG=1 shows the traceback", file=sys.stderr)
+        _flush_stdout()
+        return INTERNAL_ERROR_STATUS
+
+
+def _flush_stdout() -> None:
+    """What stdout holds, written now; if it cannot be, dropped, so that the interpreter's last
+    flush does not fail with a second message (a closed pipe, a full disk)."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
 
 
 def _dispatch(args) -> int:
     cmd = args.cmd
     if cmd == "record":
         # with both a command and --duration, whichever ends first stops the recording
-        args.command = [a for a in args.command if a != "--"] if args.command else []
         return _record(args)
     if cmd == "top":
         return _top(args)
@@ -194,6 +82,9 @@ def _dispatch(args) -> int:
     if cmd == "lab":
         if args.command[:1] == ["set"] and not args.kernel:
             return _lab_set(args.command[1:])
+        if args.command[:1] not in ([], ["--"]):
+            raise ZfsobsError(f"lab: unknown argument {args.command[0]!r} "
+                              "(lab set NAME=VALUE ..., or lab --kernel -- CMD ...)")
         return _kernel_lab(args) if args.kernel else _lab(args)
     if cmd == "probes":
         return _probes(args)
@@ -230,6 +121,8 @@ def _zilstat(args) -> int:
     interval = None if args.interval == "txg" else _positive_or_error(args.interval)
     if args.count is not None and args.count < 1:
         raise ZfsobsError(f"count must be >= 1: {args.count}")
+    if args.linecount < 0:
+        raise ZfsobsError(f"-l must be >= 0 (0: the header once): {args.linecount}")
     args.duration = None
     with Session(args) as session:
         zs = Zilstat(session.model, session.source.meta, interval, args.count, args.timestamps,
@@ -262,7 +155,7 @@ def _vqstat(args) -> int:
 
 def _positive_or_error(text: str) -> float:
     try:
-        return _positive(text)
+        return positive(text)
     except argparse.ArgumentTypeError as exc:
         raise ZfsobsError(f"interval: {exc} (seconds, or 'txg')") from None
 
@@ -277,6 +170,8 @@ def _record(args) -> int:
                   file=sys.stderr)
         for name, why in session.source.unavailable.items():     # e.g. too many CPUs for a probe
             print(f"zfsobs: {name} not traced: {why}", file=sys.stderr)
+        if args.legacy_output:
+            print(f"zfsobs: note: {LEGACY_OUTPUT}", file=sys.stderr)
         print(f"zfsobs: recording {session.source.target.name} to {args.record}"
               + (f" for {args.duration:g} s" if args.duration else "")
               + (" (Ctrl-C stops)" if sys.stdin.isatty() else ""), file=sys.stderr)
@@ -318,11 +213,11 @@ def _replay(capture, args) -> int:
 
 def _kernel_lab(args) -> int:
     from zfsobs.kernel_lab import DEFAULT_TIMEOUT, KernelLab
-    from zfsobs.signals import Terminated, raise_on_termination
+    from zfsobs.signals import raise_on_termination
     given = [f for f, v in (("--duration", args.duration), ("--zfs", args.zfs)) if v]
     if given:
         raise ZfsobsError(f"lab --kernel does not take {', '.join(given)} (userland lab only)")
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    command = after_dashes(args.command, "lab --kernel")
     lab = KernelLab(command, layout=args.layout or "mirror-log", disk_size=args.disk_size or "2G",
                     timeout=args.timeout or DEFAULT_TIMEOUT, console=args.console,
                     options=args.option, shares=args.share, workload=args.workload or "mix")
@@ -341,9 +236,11 @@ def _lab(args) -> int:
     if given:
         raise ZfsobsError(f"lab: {', '.join(given)}: only with --kernel")
     from zfsobs.lab import Lab
-    from zfsobs.signals import Terminated, raise_on_termination
+    from zfsobs.preflight import check_lab_options
+    from zfsobs.signals import raise_on_termination
     raise_on_termination()
     lab = Lab(duration=args.duration, options=args.option, preset=args.workload or "default", zfs=args.zfs)
+    check_lab_options(lab)
     try:
         lab.start()
         print(f"zfsobs: lab running: ztest pid {lab.proc.pid} on {lab.target.name}, files in {lab.dir}"
@@ -386,6 +283,8 @@ def _probes(args) -> int:
     from zfsobs.platforms import uses_dtrace
     where = "illumos" if uses_dtrace() else "linux"     # illumos and FreeBSD run the D scripts
     if args.action == "list":
+        if args.name:
+            raise ZfsobsError(f"probes list takes no name ({args.name!r}); probes show NAME prints one")
         for name in probes.available(where):
             print(name)
         return 0

@@ -1,5 +1,8 @@
 """The one exception type users see: its message is printed as a single line, no traceback."""
 
+# The exit status of an unexpected exception (a bug), sysexits.h's EX_SOFTWARE: zfsobs/cli.py's guard.
+INTERNAL_ERROR_STATUS = 70
+
 
 class ZfsobsError(Exception):
     """A problem the user can act on (bad input, missing tool, no target). Exit status 2 unless set."""
@@ -12,3 +15,9 @@ class ZfsobsError(Exception):
 class FeatureAbsent(ZfsobsError):
     """The ZFS build has no such feature any more (a probe script's "Absent:" line says why):
     a state to report, not a failure."""
+
+
+def describe(exc: BaseException) -> str:
+    """An unexpected exception on one line: its type and message."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -2,7 +2,6 @@
 drives them until a duration, a command, the lab, a key or a signal ends it. Cleans up always."""
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import time
@@ -10,12 +9,13 @@ from contextlib import ExitStack
 from typing import Callable
 
 from zfsobs.capture import CaptureWriter
-from zfsobs.errors import ZfsobsError
+from zfsobs.errors import ZfsobsError, describe
 from zfsobs.lab import Lab
 from zfsobs.model import Model
 from zfsobs.pipeline import Pipeline
+from zfsobs.preflight import check_command, check_lab_options, check_output_dir, check_output_name
 from zfsobs.selfcost import SelfCost
-from zfsobs.signals import Terminated, raise_on_termination, restore_defaults
+from zfsobs.signals import Terminated, raise_on_termination, restore_defaults, whole
 from zfsobs.dtrace_source import make_source
 from zfsobs.source import DEFAULT_PROBES
 from zfsobs.targets import resolve
@@ -31,28 +31,36 @@ class Session:
         self.args = args
         self.probes = probes
         self.stack = ExitStack()
+        # what startup has made so far: cleanup and the trailer use what there is
         self.lab: Lab | None = None
+        self.source = self.model = self.cost = self.pipeline = None
         self.capture: CaptureWriter | None = None
         self.command: subprocess.Popen | None = None
+        self.pending: list[str] = []
         self.reason = ""
+        self.error = ""      # the exception that ended the session, if one did (the trailer's `error`)
 
     def __enter__(self) -> "Session":
         raise_on_termination()
         try:
             self._open()
-        except BaseException:
-            self.stack.close()
+        except BaseException as exc:
+            self.__exit__(type(exc), exc, exc.__traceback__)
             raise
         return self
 
     def _open(self) -> None:
         args = self.args
         tunables = {}
-        if getattr(args, "record", None) and os.path.exists(args.record) and not args.force:
-            raise ZfsobsError(f"{args.record}: exists; choose another name or pass --force")
+        # bad input is an error before anything starts (no probe, no lab, no file)
+        if getattr(args, "record", None):
+            check_output_name(args.record, args.force)
+        if getattr(args, "command", None):
+            check_command(args.command[0])
         if getattr(args, "lab", False):
             self.lab = Lab(duration=getattr(args, "lab_time", None), options=args.option,
                            preset=getattr(args, "workload", "default"), zfs=getattr(args, "zfs", None))
+            check_lab_options(self.lab)
             target = self.lab.target
             tunables = self.lab.tunables
         else:
@@ -63,6 +71,8 @@ class Session:
             target = resolve(args.target)
         self.source = make_source(target, self.probes, tunables, getattr(args, "pool", None),
                                   getattr(args, "source", "auto"))
+        if getattr(args, "record", None):      # after the checks of root and tracing
+            check_output_dir(args.record)
         self.status = Status(self.source.meta)
         self.status.warnings.extend(f"{name} unavailable: {why}" for name, why in self.source.unavailable.items())
         self.model = Model()
@@ -86,30 +96,37 @@ class Session:
         self.stack.callback(self.watcher.close)
         self.source.meta["tunables_watched"] = self.watcher.names
         if getattr(args, "record", None):
-            self.capture = CaptureWriter(args.record, self.source.meta, force=args.force)
-            self.stack.callback(self._close_capture)
+            with whole():      # a signal must not fall between the file and its closing
+                self.capture = CaptureWriter(args.record, self.source.meta, force=args.force)
+                self.stack.callback(self._close_capture)
             self.status.recording = args.record
-        if getattr(args, "command", None):
-            try:
-                self.command = subprocess.Popen(args.command)
-            except OSError as exc:
-                raise ZfsobsError(f"cannot run {args.command[0]}: {exc.strerror}") from None
-            self.stack.callback(self._stop_command)
         self.pipeline = Pipeline(self.source, self.model, self.status, self.capture, pools=pools,
                                  pool_prefixes=prefixes, watcher=self.watcher)
+        if getattr(args, "command", None):
+            with whole():
+                try:
+                    self.command = subprocess.Popen(args.command)
+                except OSError as exc:     # checked at the start; e.g. a script without #!
+                    raise ZfsobsError(f"cannot run {args.command[0]}: {exc.strerror}", 126) from None
+                self.stack.callback(self._stop_command)
 
     def _wait_attached(self) -> None:
-        self.pending = []
         while not self.source.attached:
             self.pending.extend(self.source.poll(0.2))
 
+    def _feed_pending(self) -> None:
+        """The lines read while the probes attached (their hellos): fed once, by run() or at the end."""
+        with whole():
+            lines, self.pending = self.pending, []
+            for line in lines:
+                self.pipeline.feed_line(line)
+
     def run(self, on_tick: Callable[[], bool] | None = None, tick: float = 0.5) -> None:
         """Drive the pipeline; `on_tick` (the view) returns False to stop."""
-        for line in self.pending:
-            self.pipeline.feed_line(line)
         deadline = time.monotonic() + self.args.duration if getattr(self.args, "duration", None) else None
         ticked = 0.0
         try:
+            self._feed_pending()
             while True:
                 began = time.monotonic()
                 self.pipeline.step(tick)
@@ -156,9 +173,12 @@ class Session:
 
     def _close_capture(self) -> None:
         trailer = {"end_wall_ns": time.time_ns(), "end_mono_ns": time.monotonic_ns(),
-                   "reason": self.reason or "error", "events": self.pipeline.kept,
-                   "malformed": self.pipeline.parser.malformed, "lost": self.model.lost,
-                   "dropped_at_stop": self.source.dropped_at_stop, "cost": self.cost.totals()}
+                   "reason": self.reason or "error", "events": self.pipeline.kept if self.pipeline else 0,
+                   "malformed": self.pipeline.parser.malformed if self.pipeline else 0,
+                   "lost": self.model.lost, "dropped_at_stop": self.source.dropped_at_stop,
+                   "cost": self.cost.totals()}
+        if self.error:
+            trailer["error"] = self.error
         try:
             self.capture.close(trailer)
         except ZfsobsError:
@@ -173,11 +193,29 @@ class Session:
             except subprocess.TimeoutExpired:
                 self.command.kill()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._ended_by(exc)
         try:
             # Ignore further SIGINT/SIGTERM while cleaning up: cleanup must finish.
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_IGN)
+            if self.pending and self.pipeline is not None:    # ended before run(): keep them too
+                try:
+                    self._feed_pending()
+                except Exception:       # the session is ending with an error of its own
+                    pass
             self.stack.close()
         finally:
             restore_defaults()
+
+    def _ended_by(self, exc: BaseException | None) -> None:
+        """The trailer's reason when an exception leaves the session: a signal during startup,
+        or an error (a ZfsobsError's message or a bug's type and message: its `error` field)."""
+        if isinstance(exc, KeyboardInterrupt):
+            self.reason = self.reason or "interrupted (SIGINT)"
+        elif isinstance(exc, Terminated):
+            self.reason = self.reason or f"terminated ({exc})"
+        elif isinstance(exc, Exception):
+            self.reason = "error"
+            self.error = " ".join(str(exc).split()) if isinstance(exc, ZfsobsError) else describe(exc)
+

@@ -1,0 +1,186 @@
+"""The command line's grammar: subcommands, their flags, and the checks argparse cannot make.
+
+One meaning per flag in every subcommand, as in zfs(8) and zpool(8): `-o NAME=VALUE` is a ZFS
+tunable (the lab's; never a real system's), `-O FILE` the capture written. `record -o FILE`, the
+old spelling of `-O FILE`, still works (a path without `=`) and says so when the recording starts."""
+from __future__ import annotations
+
+import argparse
+import math
+
+from zfsobs import __version__
+from zfsobs.errors import ZfsobsError
+
+OUTPUT_FLAGS = ("-O", "--output", "--out")
+LEGACY_OUTPUT = "record -o FILE is the old spelling of -O FILE (-o is NAME=VALUE, a lab tunable)"
+
+
+def positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number: {text!r}")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
+    return value
+
+
+def _tunable_arg(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE",
+                   help=f"{what} (repeatable)")
+
+
+def _record_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-O", "--record", "--output", dest="record", metavar="FILE",
+                   help="also record the stream to FILE")
+    p.add_argument("--force", action="store_true", help="overwrite an existing FILE")
+
+
+def _target_args(p: argparse.ArgumentParser) -> None:
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--lab", action="store_true",
+                       help="start the bundled userland ZFS lab (ztest) and trace it")
+    where.add_argument("--target", metavar="T",
+                       help="kernel | libzpool | libzpool:PATH | PATH (default: kernel if loaded)")
+    _tunable_arg(p, "with --lab: a ZFS tunable for the lab's ztest")
+    p.add_argument("--workload", default="default", metavar="W",
+                   help="with --lab: default, or zil (one dataset, 16 KiB log blocks: a busier ZIL)")
+    _zfs_arg(p, "with --lab: ")
+    p.add_argument("--lab-time", type=positive, metavar="S",
+                   help="with --lab: ztest runs S seconds and ends by itself, which ends the session "
+                        "(a clean end: every commit and txg in flight completes)")
+    p.add_argument("--source", choices=("auto", "trace", "kstat"), default="auto",
+                   help="trace (bpftrace as root), kstat (ZFS's own counters, no root; fewer fields: "
+                        "docs/kstat.md), or auto: trace if it can run here, else kstat (the header says which)")
+    p.add_argument("-p", "--pool", action="append", default=[], metavar="POOL",
+                   help="only this pool (repeatable; default: all pools)")
+
+
+def _zfs_arg(p: argparse.ArgumentParser, scope: str = "") -> None:
+    # validated by the lab (one-line error listing the builds), not by argparse's choices
+    p.add_argument("--zfs", metavar="V", help=f"{scope}the OpenZFS to run: 2.1 (installed; the default) "
+                   "or 2.3 (scripts/setup's private copy, docs/lab.md)")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="zfsobs", description="Live ZFS internals: txg sync, ZIL, "
+                                 "vdev queue, vdev_cache. In every command -o NAME=VALUE is a (lab) "
+                                 "tunable and -O FILE the capture written.")
+    ap.add_argument("--version", action="version", version=f"zfsobs {__version__}")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("top", help="live view (line mode when stdout is not a terminal)")
+    _target_args(p)
+    p.add_argument("--interval", type=positive, default=1.0, metavar="S", help="refresh every S seconds (default 1)")
+    _record_arg(p)
+    p.add_argument("--duration", type=positive, metavar="S", help="stop after S seconds")
+    p.add_argument("-s", "--separator", metavar="SEP", help="line mode: separate columns with SEP")
+
+    p = sub.add_parser("record", help="record the event stream to a capture file (-O FILE)")
+    _target_args(p)
+    p.add_argument(*OUTPUT_FLAGS, dest="record", required=True, metavar="FILE", help="the capture to write")
+    p.add_argument("--force", action="store_true", help="overwrite an existing FILE")
+    p.add_argument("--duration", type=positive, metavar="S", help="stop after S seconds")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ...: record until CMD exits")
+
+    p = sub.add_parser("zilstat", help="ZIL traffic in zilstat's columns, per interval or per txg")
+    _target_args(p)
+    p.add_argument("-t", dest="timestamps", action="store_true", help="print a time column")
+    p.add_argument("-M", dest="megabytes", action="store_true", help="MB (10^6 bytes) instead of bytes")
+    p.add_argument("-l", dest="linecount", type=int, default=0, metavar="N", help="repeat the header every N lines")
+    _record_arg(p)
+    p.add_argument("interval", nargs="?", default="1", help="seconds, or 'txg' for one line per txg (default 1)")
+    p.add_argument("count", nargs="?", type=int, help="stop after COUNT lines")
+
+    p = sub.add_parser("vqstat", help="vdev queue depth in zpool iostat -q's columns, time-weighted per interval")
+    _target_args(p)
+    p.add_argument("-v", dest="verbose", action="store_true", help="a line per leaf vdev too")
+    p.add_argument("--max", dest="peak", action="store_true", help="the highest depth in each interval, not the mean")
+    p.add_argument("-t", dest="timestamps", action="store_true", help="print a time column")
+    _record_arg(p)
+    p.add_argument("interval", nargs="?", type=positive, default=1.0, help="seconds (default 1)")
+    p.add_argument("count", nargs="?", type=int, help="stop after COUNT intervals")
+
+    p = sub.add_parser("replay", help="replay a capture through the live view")
+    p.add_argument("file")
+    p.add_argument("--speed", type=positive, default=1.0, metavar="X")
+
+    p = sub.add_parser("report", help="summarise a capture")
+    p.add_argument("file")
+    p.add_argument("--format", choices=("text", "json", "csv"), default="text")
+    p.add_argument("--section", default="txgs", help="csv: which table (default txgs)")
+    p.add_argument("--compare", action="store_true", help="split the capture at tunable changes: per metric "
+                   "before/after mean, p99 and their ratio (docs/tuning.md)")
+
+    p = sub.add_parser("lab", help="run the userland ZFS lab (ztest) in the foreground, "
+                       "or with --kernel a command in a guest with the zfs module")
+    p.add_argument("--duration", type=positive, metavar="S", help="stop after S seconds")
+    p.add_argument("--workload", metavar="W", help="default, or zil (a busier ZIL); with --kernel: mix "
+                   "(70/30 8k, the default), sync-write, random-read or none")
+    _zfs_arg(p)
+    _tunable_arg(p, "a ZFS tunable: for ztest, or with --kernel a zfs module parameter set at load")
+    p.add_argument("--kernel", action="store_true", help="the kernel lab: run -- CMD ... in a QEMU guest "
+                   "with OpenZFS's kernel module and pool zfsobs_klab (docs/kernel-lab.md)")
+    p.add_argument("--layout", help="with --kernel: mirror-log (default), mirror or single")
+    p.add_argument("--disk-size", metavar="SIZE", help="with --kernel: each data disk (default 2G, sparse)")
+    p.add_argument("--timeout", type=positive, metavar="S", help="with --kernel: wall-clock limit "
+                   "(default 3600 s)")
+    p.add_argument("--console", action="store_true", help="with --kernel: copy the guest console to stderr")
+    p.add_argument("--share", action="append", default=[], metavar="DIR",
+                   help="with --kernel: a host directory the guest can write, at the same path (repeatable)")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="with --kernel: -- CMD ... to run in the guest; "
+                   "without: `set NAME=VALUE [--pid PID]` changes a tunable in the running lab (docs/tuning.md)")
+
+    p = sub.add_parser("probes", help="list probe scripts, or show one rendered for a target")
+    p.add_argument("action", choices=("list", "show"))
+    p.add_argument("name", nargs="?")
+    p.add_argument("--target", metavar="T", default="libzpool")
+
+    sub.add_parser("doctor", help="check what can be traced here")
+    return ap
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """argv parsed, with `record`'s old `-o FILE` turned into -O FILE (args.legacy_output says so)
+    and `record -- CMD`'s command checked for presence (whether it runs: session.py)."""
+    legacy = False
+    if argv[:1] == ["record"]:
+        argv, legacy = _legacy_output(argv)
+    args = parser().parse_args(argv)
+    args.legacy_output = legacy
+    if args.cmd == "record":
+        args.command = after_dashes(args.command, "record")
+    return args
+
+
+def _legacy_output(argv: list[str]) -> tuple[list[str], bool]:
+    """`record -o FILE` (a value without `=`, no -O given) is -O FILE; any other -o is a tunable."""
+    head, tail = _split_command(argv)
+    old = [i for i, a in enumerate(head[:-1]) if a == "-o" and "=" not in head[i + 1]]
+    if not old:
+        return argv, False
+    if len(old) > 1 or set(OUTPUT_FLAGS) & set(head):
+        raise ZfsobsError(f"record: -o {head[old[-1] + 1]}: -o takes NAME=VALUE (a lab tunable); "
+                          "the output file is -O FILE")
+    head = list(head)
+    head[old[0]] = "--output"
+    return head + tail, True
+
+
+def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i:]
+    return argv, []
+
+
+def after_dashes(words: list[str], cmd: str) -> list[str]:
+    """The command of `CMD ... -- COMMAND ARGS` (argparse's REMAINDER keeps the `--`): only the
+    first `--` goes, a later one is the command's own; `--` with nothing after it is an error."""
+    if words[:1] == ["--"]:
+        if len(words) == 1:
+            raise ZfsobsError(f"{cmd}: nothing after --: give the command to run (-- CMD ARGS...)")
+        return words[1:]
+    return words
