@@ -54,7 +54,7 @@ def test_bad_arguments():
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to drop it")
 def test_not_root(tmp_path):
     one_line_error(run("top", "--target", "libzpool", user=65534, cwd=tmp_path), "needs root")
-    one_line_error(run("record", "--lab", "-o", str(tmp_path / "x"), user=65534, cwd=tmp_path), "needs root")
+    one_line_error(run("record", "--lab", "-O", str(tmp_path / "x"), user=65534, cwd=tmp_path), "needs root")
 
 
 def test_no_bpftrace(tmp_path):
@@ -81,7 +81,7 @@ def test_no_kernel_zfs_here():
 def test_a_wrong_target_path(path, pattern, tmp_path):
     one_line_error(run("probes", "show", "txg", "--target", path), pattern)
     if os.geteuid() == 0 and shutil.which("bpftrace"):
-        one_line_error(run("record", "--target", path, "-o", str(tmp_path / "x.cap"), "--duration", "1"), pattern)
+        one_line_error(run("record", "--target", path, "-O", str(tmp_path / "x.cap"), "--duration", "1"), pattern)
         assert not (tmp_path / "x.cap").exists()
 
 
@@ -95,7 +95,7 @@ def test_lab_option_must_be_a_tunable(tmp_path):
 
 def test_zfs_version_choice(tmp_path):
     one_line_error(run("lab", "--zfs", "2.5"), "no lab for OpenZFS '2.5' (have: 2.1, 2.3)")
-    one_line_error(run("record", "--lab", "--zfs", "9", "-o", str(tmp_path / "c")), "(have: 2.1, 2.3)")
+    one_line_error(run("record", "--lab", "--zfs", "9", "-O", str(tmp_path / "c")), "(have: 2.1, 2.3)")
     one_line_error(run("top", "--zfs", "2.3", "--target", "libzpool"), "for the lab only")
     one_line_error(run("vqstat", "--zfs", "2.3"), "for the lab only")
     assert not (tmp_path / "c").exists()
@@ -118,7 +118,7 @@ def test_zfs_23_not_installed(monkeypatch, capsys):
 def test_record_refuses_to_overwrite(tmp_path):
     existing = tmp_path / "x.cap"
     existing.write_text("keep me")
-    one_line_error(run("record", "--lab", "-o", str(existing)), "exists")
+    one_line_error(run("record", "--lab", "-O", str(existing)), "exists")
     assert existing.read_text() == "keep me"
 
 

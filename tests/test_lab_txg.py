@@ -41,7 +41,7 @@ def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("lab")
     cap = tmp / "x.cap"
     with txg_truth(tmp):
-        res = subprocess.run(ZFSOBS + ["record", "--lab", "--duration", "20", "-o", str(cap)],
+        res = subprocess.run(ZFSOBS + ["record", "--lab", "--duration", "20", "-O", str(cap)],
                              capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     stime, ret = {}, {}
@@ -163,7 +163,7 @@ def test_lab_files_are_removed(run):
 def test_a_capture_killed_with_sigkill_stays_readable(tmp_path):
     cap = tmp_path / "killed.cap"
     with txg_truth(tmp_path):
-        proc = subprocess.Popen(ZFSOBS + ["record", "--lab", "-o", str(cap)], stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(ZFSOBS + ["record", "--lab", "-O", str(cap)], stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 120
         while time.time() < deadline:          # wait until txgs are being written
             time.sleep(1)

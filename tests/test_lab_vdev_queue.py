@@ -53,7 +53,7 @@ def record(tmp, limit, watch):
     """One lab capture; while it runs, the lab's vdev directory is listed every 0.2 s (the lab
     removes it at exit), giving the files ztest made. Returns (pool, events of the lab pool, files)."""
     cap = tmp / f"run{limit}.cap"
-    # --option, not -o: in `record`, -o names the output file
+    # -o NAME=VALUE (or --option) is a tunable in every command; -O names the capture
     tunable = f"zfs_vdev_async_write_max_active={limit}"
     proc = subprocess.Popen(ZFSOBS + ["record", "--lab", "--lab-time", str(LAB_SECONDS), "--option", tunable,
                                       "-O", str(cap)],

@@ -307,13 +307,18 @@ class BpftraceSource:
                     pass
 
     def close(self) -> None:
-        """Stop every tracer (letting it detach its probes), then clean up."""
+        """Stop every tracer (letting it detach its probes), then clean up. One still compiling or
+        attaching has printed nothing to keep, and its stop probe may not be attached: killed (its
+        perf events close with it)."""
         self._ask_stop()
-        for _, proc in self._procs:
+        for name, proc in self._procs:
             try:
-                proc.wait(10)
+                proc.wait(10 if name in self._attached else 0)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
                 proc.wait()
         self._remove_dir()
 
