@@ -75,29 +75,39 @@ def _build_entry(target: Target) -> dict:
 @functools.lru_cache(maxsize=None)
 def _module_btf(path: str = MODULE_BTF, base: str = VMLINUX_BTF) -> dict[str, int]:
     """Every OFF()/CONST() name the tables know, looked up in the running module's own BTF."""
-    table = offsets_table()
-    names = {f for build in table["libzpool"].values() for f in build.get("fields", {})}
-    fields = {name: table["btf"]["fields"].get(name, [name]) for name in names}
-    btf = Btf(path, base=Btf(base))
-    return {**resolve_table(btf, fields), **resolve_table(btf, table["btf"]["constants"])}
+    from zfsobs import layouts
+    return resolve_table(Btf(path, base=Btf(base)), layouts.specs(offsets_table()))
 
 
 def offsets_for(target: Target) -> dict[str, int]:
-    """Struct offsets and flag values of the target: from the zfs module's BTF when it has one,
-    else of its release (offsets.json says where they come from)."""
+    """Struct offsets and flag values of the target: for the zfs module from its BTF when it has
+    one, else compiled from its installed source (zfsobs/layouts.py; none when that cannot be done:
+    target.layouts says why); for a library, of its release (offsets.json says where they come from)."""
+    from zfsobs import layouts
+    from zfsobs.platforms import uses_dtrace
     build = _build_entry(target)
-    if target.kind == "kernel" and target.btf:
+    if target.kind == "kernel" and not uses_dtrace():
         same_release = offsets_table()["libzpool"].get(target.version, {}).get("constants", {})
-        return {**same_release, **build.get("constants", {}), **_module_btf()}
+        if target.btf:
+            found, target.layouts = _module_btf(), f"module BTF ({MODULE_BTF})"
+        else:
+            found, target.layouts = layouts.module_layouts(target.version, layouts.specs(offsets_table()))
+        if found:
+            return {**same_release, **build.get("constants", {}), **found}
     return {**build.get("fields", {}), **build.get("constants", {})}
 
 
 def offsets_origin(target: Target) -> str:
     """How the target's struct layout is known, for doctor."""
+    from zfsobs.platforms import uses_dtrace
     build = _build_entry(target)
-    if target.kind == "kernel" and target.btf:
-        found = _module_btf()
-        return f"from the module's own BTF ({MODULE_BTF}): {len(found)} fields and flags found"
+    if target.kind == "kernel" and not uses_dtrace():
+        found = offsets_for(target)
+        if target.btf:
+            return f"from the module's own BTF ({MODULE_BTF}): {len(_module_btf())} fields and flags found"
+        if target.layouts.startswith("compiled"):
+            return f"{target.layouts}: {len(found)} fields and flags"
+        return f"unknown for {target.name}: {target.layouts}; probes that read struct fields are off"
     if not build.get("fields"):
         return f"unknown for {target.name}: probes that read struct fields are off"
     if target.build_id and target.build_id in build.get("build_ids", []):

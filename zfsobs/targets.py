@@ -31,14 +31,16 @@ class Target:
     build_id: str = ""
     btf: bool = False              # kernel module BTF present
     notes: list[str] = field(default_factory=list)
+    layouts: str = ""              # kernel: where its struct layouts came from, or why there are none
 
     @property
     def name(self) -> str:
         return f"{self.kind} {self.version}" + (f" ({self.path})" if self.path else "")
 
     def describe(self) -> dict:
-        return {"kind": self.kind, "path": self.path, "zfs_version": self.version,
-                "build_id": self.build_id, "btf": self.btf}
+        out = {"kind": self.kind, "path": self.path, "zfs_version": self.version,
+               "build_id": self.build_id, "btf": self.btf}
+        return {**out, "layouts": self.layouts} if self.layouts else out
 
     # How a probe attaches here (used by probes.render).
     def entry(self, fn: str) -> str:
