@@ -31,7 +31,7 @@ def test_dtrace_command_line():
     src = DtraceSource.__new__(DtraceSource)
     src.bpftrace, src.pool = "/usr/sbin/dtrace", ""
     assert src.command("/tmp/x/zil.bt") == ["/usr/sbin/dtrace", "-q", "-Z", "-s", "/tmp/x/zil.bt", "", "1"]
-    assert BpftraceSource.command(src, "/tmp/x/zil.bt") == ["/usr/sbin/dtrace", "/tmp/x/zil.bt"]
+    assert BpftraceSource.command(src, "/tmp/x/zil.bt") == ["/usr/sbin/dtrace", "--no-warnings", "/tmp/x/zil.bt"]
 
 
 @pytest.fixture

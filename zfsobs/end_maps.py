@@ -57,7 +57,7 @@ class EndMaps:
         out = []
         for key in sorted(maps.get("@zil_any", {})):
             pid, spa, txg, cpu = key
-            if pid != 0 or not get("@zil_any", key):
+            if pid != 0 or get("@zil_any", key) != 1:     # 2: its final lines are out
                 continue
             head = {"pool": maps.get("@zil_name", {}).get((pid, spa), "?"), "pid": pid, "txg": txg,
                     "cpu": cpu, "final": 0}

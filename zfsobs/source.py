@@ -25,10 +25,10 @@ from zfsobs.targets import Target
 from zfsobs.end_maps import EndMaps
 from zfsobs.vq_dumps import VqDumps
 
-_LOST_RE = re.compile(r"^Lost (\d+) events")
-# bpftrace chatter on stderr that is not an error on these machines.
+_LOST_RE = re.compile(r"^Lost (\d+) events")     # stdout up to bpftrace 0.23, stderr from 0.24
+# bpftrace chatter on stderr that is not an error on these machines ("Attached N probes": 0.24+).
 _NOISE = ("couldn't set RLIMIT_MEMLOCK", "Error while reading traceable functions",
-          "WARNING: ", "Attaching ")
+          "WARNING: ", "Attaching ", "Attached ")
 DEFAULT_PROBES = ("txg", "zil", "vdev_queue", "vdev_cache")
 # A probe that prints its counts as timed dumps of bpftrace maps (zfsobs/vq_dumps.py), and how long
 # its last dumps take to cover a moment: two 250 ms ticks and a margin.
@@ -38,8 +38,13 @@ _END_MAPS = "zfsobs 1 end_maps "
 REQUIRED_PROBES = ("txg",)     # the backbone; the others are left out where the target cannot give them
 START_TIMEOUT = float(os.environ.get("ZFSOBS_ATTACH_TIMEOUT") or 60)  # the kernel lab raises it for TCG
 # Per-CPU counter keys (the zil probe) multiply with CPUs and pools: room for 64k keys per map
-# instead of bpftrace's default 4096, past which updates would fail silently.
-_BPFTRACE_ENV = dict(os.environ, BPFTRACE_MAP_KEYS_MAX="65536")
+# instead of bpftrace's default 4096, past which updates would fail silently. The name changed:
+# MAP_KEYS_MAX up to 0.23, MAX_MAP_KEYS from 0.20 (the only one 0.24+ reads).
+# No ".." after a string cut at its length (0.18+): a long vdev path is printed as str(p, 64) and the
+# rest (docs/bpftrace-versions.md). The default length stays (64 up to 0.22, 1024 from 0.23): 64 on
+# 0.27 puts strings on the BPF stack, past its 512 bytes in txg.bt.
+_BPFTRACE_ENV = dict(os.environ, BPFTRACE_MAP_KEYS_MAX="65536", BPFTRACE_MAX_MAP_KEYS="65536",
+                     BPFTRACE_STR_TRUNC_TRAILER="")
 # The probes read fields by offset, never by BTF type. Yet bpftrace 0.17 looks up every cast's type
 # name (uint64, int32) in vmlinux's BTF and in every module's split BTF, a full scan each that fails:
 # with 50 modules loaded, vdev_queue.bt took 171 s to compile under the kernel lab's TCG (8.5 s with
@@ -68,9 +73,9 @@ def check_tracing() -> str:
     """The bpftrace binary, or a one-line reason why tracing cannot run here."""
     if os.geteuid() != 0:
         raise ZfsobsError("tracing needs root (BPF uprobes/kprobes): run as root or with sudo")
-    path = shutil.which("bpftrace")
+    path = bpftrace_path()
     if not path:
-        raise ZfsobsError("bpftrace not found: install it (./scripts/setup, or apt-get install bpftrace)")
+        raise ZfsobsError(f"bpftrace not found{_named()}: install it (./scripts/setup, or apt-get install bpftrace)")
     old = too_old(path, bpftrace_version(path))
     if old:
         raise ZfsobsError(old)
@@ -79,6 +84,20 @@ def check_tracing() -> str:
         subprocess.run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"],
                        capture_output=True, check=False)
     return path
+
+
+def bpftrace_path() -> str | None:
+    """The bpftrace to run: $ZFSOBS_BPFTRACE (another build, e.g. scripts/bpftrace-chroot's
+    wrapper), else the one on PATH."""
+    named = os.environ.get("ZFSOBS_BPFTRACE")
+    if named:
+        return shutil.which(named)
+    return shutil.which("bpftrace")
+
+
+def _named() -> str:
+    named = os.environ.get("ZFSOBS_BPFTRACE")
+    return f" (ZFSOBS_BPFTRACE={named})" if named else ""
 
 
 def too_old(path: str, version: str) -> str:
@@ -172,8 +191,9 @@ class BpftraceSource:
         return self
 
     def command(self, path: str) -> list[str]:
-        """How one probe script runs (DtraceSource runs dtrace instead)."""
-        return [self.bpftrace, path]
+        """How one probe script runs (DtraceSource runs dtrace instead). --no-warnings (0.17+):
+        0.23 prints a warning on stdout for every failed map delete, and 0.27 a page of type notes."""
+        return [self.bpftrace, "--no-warnings", path]
 
     def _pump(self, name: str, stream, is_err: bool) -> None:
         dumps, text = None, "" if is_err else self._text(name)
@@ -184,7 +204,9 @@ class BpftraceSource:
         for raw in stream:
             raw = raw.rstrip("\n")
             if is_err:
-                if raw.strip() and not any(noise in raw for noise in _NOISE):
+                if _LOST_RE.match(raw):         # bpftrace 0.24+
+                    self._take_line(name, raw)
+                elif raw.strip() and not any(noise in raw for noise in _NOISE):
                     self._stderr[name].append(raw)
                 continue
             for line in (dumps.feed(raw) if dumps else (raw,)):

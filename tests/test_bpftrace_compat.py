@@ -1,0 +1,58 @@
+"""What zfsobs does differently for bpftrace releases, without running one (the lab tests run the
+real 0.17, 0.23 and 0.27: tests/test_lab_bpftrace_versions.py)."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from zfsobs import doctor, source
+from zfsobs.events import Parser
+from zfsobs.targets import find_libraries, libzpool
+
+
+def test_the_environment_covers_every_release():
+    env = source._BPFTRACE_ENV
+    # 0.17-0.23 read MAP_KEYS_MAX, 0.20+ MAX_MAP_KEYS (0.24+ only that one)
+    assert env["BPFTRACE_MAP_KEYS_MAX"] == env["BPFTRACE_MAX_MAP_KEYS"] == "65536"
+    assert env["BPFTRACE_STR_TRUNC_TRAILER"] == ""
+
+
+def test_doctor_names_the_tested_releases():
+    assert doctor.tested("v0.17.0") and doctor.tested("v0.23.2") and doctor.tested("0.27.1")
+    assert doctor.tested("v0.20.2") == "" and doctor.tested("unknown") == ""
+
+
+def test_zfsobs_bpftrace_names_the_binary(monkeypatch, tmp_path):
+    fake = tmp_path / "my-bpftrace"
+    fake.write_text("#!/bin/sh\necho bpftrace v0.27.1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("ZFSOBS_BPFTRACE", str(fake))
+    assert source.bpftrace_path() == str(fake)
+    monkeypatch.setenv("ZFSOBS_BPFTRACE", str(tmp_path / "gone"))
+    assert source.bpftrace_path() is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not find_libraries(), reason="needs root and a libzpool")
+def test_lost_events_on_stderr_are_counted(monkeypatch, tmp_path):
+    """bpftrace 0.24+ says "Lost N events" (and "Attached N probes") on stderr, not stdout."""
+    fake = tmp_path / "bpftrace"
+    fake.write_text("#!/bin/sh\n[ \"$1\" = --version ] && { echo bpftrace v0.27.1; exit 0; }\n"
+                    "echo 'Attached 9 probes' >&2\necho 'zfsobs 1 hello 5 probe=txg target=libzpool'\n"
+                    "echo 'Lost 7 events' >&2\nexec sleep 30\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("ZFSOBS_BPFTRACE", str(fake))
+    src = source.BpftraceSource(libzpool(), probes=("txg",)).start()
+    try:
+        lines, deadline = [], time.time() + 10
+        while not any(" lost " in line for line in lines) and time.time() < deadline:
+            lines += src.poll(0.2)
+    finally:
+        for pid in src.pids.values():       # the fake has no stop probe
+            os.killpg(pid, signal.SIGKILL)
+        src.close()
+    events = [ev for ev in map(Parser().parse, lines) if ev]
+    assert [ev.fields for ev in events if ev.kind == "lost"] == [{"count": 7, "probe": "txg"}]
+    assert src._stderr["txg"] == []
