@@ -54,6 +54,8 @@ def _flush_stdout() -> None:
 
 def _dispatch(args) -> int:
     cmd = args.cmd
+    if getattr(args, "bpftrace", None):     # one place says which bpftrace runs: source.bpftrace_path
+        os.environ["ZFSOBS_BPFTRACE"] = args.bpftrace
     if cmd == "record":
         # with both a command and --duration, whichever ends first stops the recording
         return _record(args)

@@ -56,6 +56,12 @@ def _target_args(p: argparse.ArgumentParser) -> None:
                         "docs/kstat.md), or auto: trace if it can run here, else kstat (the header says which)")
     p.add_argument("-p", "--pool", action="append", default=[], metavar="POOL",
                    help="only this pool (repeatable; default: all pools)")
+    _bpftrace_arg(p)
+
+
+def _bpftrace_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bpftrace", metavar="PATH", help="the bpftrace to run (default: $ZFSOBS_BPFTRACE, else "
+                   "bpftrace on PATH; docs/bpftrace-versions.md)")
 
 
 def _zfs_arg(p: argparse.ArgumentParser, scope: str = "") -> None:
@@ -138,7 +144,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("name", nargs="?")
     p.add_argument("--target", metavar="T", default="libzpool")
 
-    sub.add_parser("doctor", help="check what can be traced here")
+    _bpftrace_arg(sub.add_parser("doctor", help="check what can be traced here"))
     return ap
 
 

@@ -74,12 +74,12 @@ class Session:
         if getattr(args, "record", None):      # after the checks of root and tracing
             check_output_dir(args.record)
         self.status = Status(self.source.meta)
-        self.status.warnings.extend(f"{name} unavailable: {why}" for name, why in self.source.unavailable.items())
         self.model = Model()
         # Probes first, then the workload, so the lab's first txgs are seen.
         self.stack.callback(self.source.close)
         self.source.start()
-        self._wait_attached()
+        self._wait_attached()      # a probe this tracer refuses is dropped there, with its reason
+        self.status.warnings.extend(f"{name} unavailable: {why}" for name, why in self.source.unavailable.items())
         self.cost = SelfCost(self.source.pids, self.source.tracer)
         if self.lab is not None:
             self.stack.callback(self.lab.stop)

@@ -246,8 +246,11 @@ class BpftraceSource:
                 continue
             err = self._error_text(name)
             if name not in self._attached:
-                raise ZfsobsError(f"{self.tracer} could not start probe {name!r} on {self.target.name}: "
-                                  f"{err or f'exit status {code}'}")
+                why = f"{self.tracer} could not start probe {name!r} on {self.target.name}: {err or f'exit status {code}'}"
+                if name in REQUIRED_PROBES:
+                    raise ZfsobsError(why)
+                self._drop(name, why)     # e.g. this bpftrace's verifier or parser refuses it: the others run
+                continue
             if not self.ended:
                 self.ended = f"{self.tracer} ({name}) exited with status {code}" + (f": {err}" if err else "")
         if not self.ended and time.monotonic() - self._started > START_TIMEOUT:
@@ -255,6 +258,14 @@ class BpftraceSource:
             if late:
                 raise ZfsobsError(f"{self.tracer} did not attach probe(s) {', '.join(late)} within "
                                   f"{START_TIMEOUT:.0f} s")
+
+    def _drop(self, name: str, why: str) -> None:
+        """A probe that never attached leaves the run as an unavailable metric (the capture's header,
+        written once all have attached, says why), as one the target lacks does."""
+        self._procs = [(n, proc) for n, proc in self._procs if n != name]
+        self.rendered = [r for r in self.rendered if r.name != name]
+        self.meta["probes"].pop(name, None)
+        self.unavailable[name] = self.meta["unavailable"][name] = why
 
     def _error_text(self, name: str) -> str:
         time.sleep(0.05)     # let the stderr pump catch the last words
