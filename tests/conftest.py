@@ -67,16 +67,18 @@ def lab_ready() -> str:
     return ""
 
 
-def kernel_lab_ready() -> str:
+def kernel_lab_ready(flavour: str = "stock") -> str:
     """Why the kernel lab tests cannot run here, or '' when they can: they boot a guest, so they run
-    where its image is built (./scripts/test builds it) unless ZFSOBS_KERNEL_LAB=0."""
+    where its image (of that flavour: stock, or btf) is built (./scripts/test builds both) unless
+    ZFSOBS_KERNEL_LAB=0."""
     if os.environ.get("ZFSOBS_KERNEL_LAB") == "0":
         return "ZFSOBS_KERNEL_LAB=0"
     if os.geteuid() != 0:
         return "needs root"
     from zfsobs.kernel_guest import image_dir
-    if not (image_dir() / "complete").is_file():
-        return f"no kernel lab image at {image_dir()} (scripts/kernel-lab-image builds it)"
+    if not (image_dir(flavour=flavour) / "complete").is_file():
+        build = "scripts/kernel-lab-image" + (" --btf" if flavour == "btf" else "")
+        return f"no kernel lab image at {image_dir(flavour=flavour)} ({build} builds it)"
     return ""
 
 

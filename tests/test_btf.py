@@ -148,13 +148,13 @@ def _sections(tmp_path, image):
 
 
 def test_the_zfs_modules_own_btf_gives_every_probe_offset(tmp_path):
-    """The kernel target's layout, read from a real zfs.ko 2.1.11 (the kernel lab's image: only
-    where it was built, scripts/kernel-lab-image), against bpftool's reading of the same module."""
+    """The kernel target's layout, read from a real zfs.ko 2.1.11 (the kernel lab's --btf image: only
+    where it was built, scripts/kernel-lab-image --btf), against bpftool's reading of the same module."""
     from zfsobs import probes
     from zfsobs.kernel_guest import image_dir
-    image = image_dir()
+    image = image_dir(flavour="btf")
     if not (image / "zfs.ko").exists():
-        pytest.skip(f"no kernel lab image at {image} (scripts/kernel-lab-image builds it)")
+        pytest.skip(f"no kernel lab image at {image} (scripts/kernel-lab-image --btf builds it)")
     vmlinux, module = _sections(tmp_path, image)
     got = probes._module_btf.__wrapped__(module, vmlinux)
     table = json.loads((probes.probes_dir() / "offsets.json").read_text())

@@ -51,18 +51,23 @@ def test_accel_probe_answers_kvm_or_tcg(monkeypatch):
         kernel_guest.probe_accel()
 
 
-def test_cache_key_follows_the_recipe(tmp_path, monkeypatch):
+def test_cache_key_follows_the_recipe_and_the_flavour(tmp_path, monkeypatch):
     recipe = tmp_path / "recipe"
     recipe.write_text("#!/bin/bash\necho one\n")
     first = kernel_guest.recipe_key(recipe)
-    assert kernel_guest.recipe_key(recipe) == first
+    assert kernel_guest.recipe_key(recipe) == first != kernel_guest.recipe_key(recipe, "btf")
     recipe.write_text("#!/bin/bash\necho two\n")
     assert kernel_guest.recipe_key(recipe) != first
-    # the builder script computes the same key and directory as the package
+    # the builder script computes the same key and directory as the package, per flavour
     monkeypatch.setenv("ZFSOBS_KLAB_CACHE", str(tmp_path / "cache"))
-    out = subprocess.run([str(kernel_guest.BUILDER), "--print-dir"], capture_output=True, text=True,
-                         env=dict(os.environ), check=True).stdout.strip()
-    assert out == str(kernel_guest.image_dir()) == str(tmp_path / "cache" / f"bookworm-{kernel_guest.recipe_key()}")
+    for flavour, args in (("stock", []), ("btf", ["--btf"])):
+        out = subprocess.run([str(kernel_guest.BUILDER), *args, "--print-dir"], capture_output=True, text=True,
+                             env=dict(os.environ), check=True).stdout.strip()
+        key = kernel_guest.recipe_key(flavour=flavour)
+        assert out == str(kernel_guest.image_dir(flavour=flavour)) == str(tmp_path / "cache" / f"bookworm-{flavour}-{key}")
+    assert kernel_guest.image_dir(flavour="stock") != kernel_guest.image_dir(flavour="btf")
+    with pytest.raises(ZfsobsError, match="no kernel lab image flavour 'x'"):
+        kernel_guest.image_dir(flavour="x")
 
 
 def test_argument_errors_are_one_line():
@@ -71,13 +76,16 @@ def test_argument_errors_are_one_line():
     one_line_error(run("lab", "--kernel", "--disk-size", "lots", "--", "true"), "not a size")
     one_line_error(run("lab", "--kernel", "--zfs", "2.3", "--", "true"), "userland lab only")
     one_line_error(run("lab", "--layout", "mirror"), "only with --kernel")
+    one_line_error(run("lab", "--btf"), "--btf: only with --kernel")
     one_line_error(run("lab", "--", "true"), "only with --kernel")
 
 
 def test_missing_image_without_build_names_the_builder(tmp_path, monkeypatch):
     monkeypatch.setenv("ZFSOBS_KLAB_CACHE", str(tmp_path))
-    with pytest.raises(ZfsobsError, match="kernel-lab-image"):
+    with pytest.raises(ZfsobsError, match="kernel-lab-image$"):
         kernel_guest.ensure_image(build=False)
+    with pytest.raises(ZfsobsError, match="kernel-lab-image --btf$"):
+        kernel_guest.ensure_image(build=False, flavour="btf")
 
 
 def test_builder_rejects_unknown_arguments():
@@ -114,11 +122,17 @@ def test_share_must_be_a_directory(tmp_path):
 @pytest.mark.kernel
 @pytest.mark.skipif(bool(kernel_lab_ready()), reason=kernel_lab_ready() or "ready")
 def test_guest_runs_a_command_on_the_pool():
+    """The default image is a stock DKMS build: the module has no BTF, its source and zfs_config.h
+    are where DKMS leaves them (what zfsobs/layouts.py compiles from)."""
     cmd = [sys.executable, "-m", "zfsobs", "lab", "--kernel", "--workload", "none", "--", "sh", "-c",
-           "zpool list -H -o name; ls /sys/kernel/btf/zfs; echo to-stderr >&2; exit 7"]
+           "zpool list -H -o name; ls /sys/kernel/btf/zfs 2>/dev/null || echo no-module-btf; "
+           "ls /var/lib/dkms/zfs/*/$(uname -r)/*/zfs_config.h /usr/src/zfs-*/module/Kbuild.in; "
+           "echo to-stderr >&2; exit 7"]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     assert res.returncode == 7, res.stderr
-    assert res.stdout.split() == ["zfsobs_klab", "/sys/kernel/btf/zfs"]
+    out = res.stdout.split()
+    assert out[:2] == ["zfsobs_klab", "no-module-btf"] and len(out) == 4, out
+    assert out[2].endswith("/zfs_config.h") and out[3] == "/usr/src/zfs-2.1.11/module/Kbuild.in"
     assert "to-stderr" in res.stderr
 
 

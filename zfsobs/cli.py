@@ -222,7 +222,7 @@ def _kernel_lab(args) -> int:
     command = after_dashes(args.command, "lab --kernel")
     lab = KernelLab(command, layout=args.layout or "mirror-log", disk_size=args.disk_size or "2G",
                     timeout=args.timeout or DEFAULT_TIMEOUT, console=args.console,
-                    options=args.option, shares=args.share, workload=args.workload or "mix")
+                    options=args.option, shares=args.share, workload=args.workload or "mix", btf=args.btf)
     raise_on_termination()
     try:
         return lab.run()
@@ -234,7 +234,7 @@ def _kernel_lab(args) -> int:
 def _lab(args) -> int:
     given = [f for f, v in (("--layout", args.layout), ("--disk-size", args.disk_size),
                             ("--timeout", args.timeout), ("--console", args.console),
-                            ("--share", args.share), ("-- CMD", args.command)) if v]
+                            ("--share", args.share), ("--btf", args.btf), ("-- CMD", args.command)) if v]
     if given:
         raise ZfsobsError(f"lab: {', '.join(given)}: only with --kernel")
     from zfsobs.lab import Lab

@@ -134,6 +134,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=positive, metavar="S", help="with --kernel: wall-clock limit "
                    "(default 3600 s)")
     p.add_argument("--console", action="store_true", help="with --kernel: copy the guest console to stderr")
+    p.add_argument("--btf", action="store_true", help="with --kernel: the image whose zfs.ko has module BTF "
+                   "(default: a stock DKMS build without it, as users have; docs/kernel-lab.md)")
     p.add_argument("--share", action="append", default=[], metavar="DIR",
                    help="with --kernel: a host directory the guest can write, at the same path (repeatable)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="with --kernel: -- CMD ... to run in the guest; "

@@ -16,6 +16,8 @@ PROJECT = Path(__file__).resolve().parent.parent
 BUILDER = PROJECT / "scripts" / "kernel-lab-image"
 DEFAULT_CACHE = "/var/cache/zfsobs/kernel-lab"
 POOL = "zfsobs_klab"
+FLAVOURS = ("stock", "btf")     # zfs-dkms as Debian builds it (no module BTF), or with module BTF
+GUEST_LAYOUTS = "/var/cache/zfsobs/layouts"    # zfsobs/layouts.py's cache, the host's cache_dir()/layouts
 
 
 @dataclass(frozen=True)
@@ -60,17 +62,23 @@ def parse_size(text: str) -> int:
     return size
 
 
-def recipe_key(script: Path = BUILDER) -> str:
-    """The image's cache key: the builder script's own sha256, as scripts/kernel-lab-image computes it."""
+def recipe_key(script: Path = BUILDER, flavour: str = "stock") -> str:
+    """The image's cache key: the builder script's own sha256 with the flavour, as
+    scripts/kernel-lab-image computes it."""
     try:
-        return hashlib.sha256(script.read_bytes()).hexdigest()[:16]
+        return hashlib.sha256(script.read_bytes() + f"flavour {flavour}\n".encode()).hexdigest()[:16]
     except OSError as exc:
         raise ZfsobsError(f"cannot read the image recipe {script}: {exc.strerror}") from None
 
 
-def image_dir(key: str | None = None) -> Path:
-    cache = Path(os.environ.get("ZFSOBS_KLAB_CACHE") or DEFAULT_CACHE)
-    return cache / f"bookworm-{key or recipe_key()}"
+def cache_dir() -> Path:
+    return Path(os.environ.get("ZFSOBS_KLAB_CACHE") or DEFAULT_CACHE)
+
+
+def image_dir(key: str | None = None, flavour: str = "stock") -> Path:
+    if flavour not in FLAVOURS:
+        raise ZfsobsError(f"no kernel lab image flavour {flavour!r} (have: {', '.join(FLAVOURS)})")
+    return cache_dir() / f"bookworm-{flavour}-{key or recipe_key(flavour=flavour)}"
 
 
 def probe_accel() -> tuple[str, str]:
@@ -97,20 +105,21 @@ def probe_accel() -> tuple[str, str]:
     return "kvm", "/dev/kvm with hardware virtualisation"
 
 
-def ensure_image(build: bool = True) -> Path:
+def ensure_image(build: bool = True, flavour: str = "stock") -> Path:
     """The built image's directory; builds it first (a one-time ~4 min) when missing."""
-    img = image_dir()
+    img = image_dir(flavour=flavour)
     if (img / "complete").is_file():
         return img
     if not BUILDER.is_file():
         raise ZfsobsError(f"the kernel lab needs a zfsobs source checkout ({BUILDER} is missing)")
+    builder = f"{BUILDER}{' --btf' if flavour == 'btf' else ''}"
     if not build:
-        raise ZfsobsError(f"no kernel lab image at {img}; build it with: sudo {BUILDER}")
+        raise ZfsobsError(f"no kernel lab image at {img}; build it with: sudo {builder}")
     if os.geteuid() != 0:
-        raise ZfsobsError(f"no kernel lab image at {img}; build it (as root) with: sudo {BUILDER}")
-    print(f"zfsobs: kernel lab image not built yet: building it now with {BUILDER} "
+        raise ZfsobsError(f"no kernel lab image at {img}; build it (as root) with: sudo {builder}")
+    print(f"zfsobs: kernel lab image not built yet: building it now with {builder} "
           "(once per recipe, ~4 min)", file=sys.stderr)
-    res = subprocess.run([str(BUILDER)], stdout=sys.stderr, stdin=subprocess.DEVNULL)
+    res = subprocess.run(builder.split(), stdout=sys.stderr, stdin=subprocess.DEVNULL)
     if res.returncode != 0 or not (img / "complete").is_file():
         raise ZfsobsError(f"building the kernel lab image failed (rc {res.returncode}); see the log above")
     return img

@@ -4,7 +4,9 @@
 disks, loads the module (with -o parameters), creates pool zfsobs_klab, starts the workload, and runs
 CMD with the project mounted read-only at its host path (and any --share writable). It streams CMD's
 stdout/stderr back, passes Ctrl-C/SIGTERM on to CMD, and returns CMD's exit status. The guest is
-always powered off and every temp file removed, whatever ends the run.
+always powered off and every temp file removed, whatever ends the run. The default image's zfs.ko is
+a stock DKMS build (no module BTF: zfsobs compiles its struct layouts, once per image, into a cache
+the guests share with the host); --btf boots the flavour built with module BTF.
 """
 from __future__ import annotations
 
@@ -22,8 +24,8 @@ import time
 from pathlib import Path
 
 from zfsobs.errors import ZfsobsError
-from zfsobs.kernel_guest import (BUILDER, POOL, PROJECT, ensure_image, parse_layout, parse_module_options,
-                                 parse_size, parse_workload, probe_accel, setup_script)
+from zfsobs.kernel_guest import (BUILDER, GUEST_LAYOUTS, POOL, PROJECT, cache_dir, ensure_image, parse_layout,
+                                 parse_module_options, parse_size, parse_workload, probe_accel, setup_script)
 from zfsobs.procs import die_with_parent
 from zfsobs.signals import Terminated
 
@@ -55,7 +57,7 @@ class KernelLab:
 
     def __init__(self, command: list[str], layout: str = "mirror-log", disk_size: str = "2G",
                  timeout: float = DEFAULT_TIMEOUT, console: bool = False, memory: str = "2G",
-                 options: list[str] = (), shares: list[str] = (), workload: str = "mix"):
+                 options: list[str] = (), shares: list[str] = (), workload: str = "mix", btf: bool = False):
         if not command:
             raise ZfsobsError("lab --kernel: give the command to run in the guest: -- CMD ...")
         self.command = command
@@ -67,6 +69,7 @@ class KernelLab:
         self.timeout = timeout
         self.console = console
         self.memory = memory
+        self.flavour = "btf" if btf else "stock"
         self.accel, self.accel_why = probe_accel()
         self.dir: Path | None = None
         self.qemu: subprocess.Popen | None = None
@@ -110,7 +113,16 @@ class KernelLab:
         (ctl / "project").write_text(str(PROJECT))
         (ctl / "setup.sh").write_text(setup_script(self.layout, self.options, self.workload))
         (ctl / "env").write_text(self._guest_env())
-        (ctl / "shares").write_text("".join(f"zfsobs_share{i} {d}\n" for i, d in enumerate(self.shares)))
+        # the layouts zfsobs compiles in a guest (no module BTF) outlive it, as on a machine's disk:
+        # every boot of an image would compile them again (a minute under TCG), and that is not news
+        layouts = cache_dir() / "layouts"
+        try:
+            layouts.mkdir(parents=True, exist_ok=True)
+            keep = os.access(layouts, os.W_OK)
+        except OSError:
+            keep = False
+        (ctl / "shares").write_text("".join(f"zfsobs_share{i} {d}\n" for i, d in enumerate(self.shares))
+                                    + (f"zfsobs_layouts {GUEST_LAYOUTS}\n" if keep else ""))
         (ctl / "argv").write_bytes(b"".join(a.encode() + b"\0" for a in self.command))
         drives = []
         log_size = min(1 << 30, self.disk_size // 2)
@@ -126,7 +138,8 @@ class KernelLab:
         append = ("root=/dev/vda rw rootfstype=ext4 console=ttyS0 init=/sbin/zfsobs-init panic=-1 "
                   "loglevel=4 modprobe.blacklist=kvm,kvm_amd,kvm_intel")
         socks = {name: self.dir / f"{name}.sock" for name in STREAMS}
-        shares = []
+        shares = ["-virtfs", f"local,path={_opt(layouts)},mount_tag=zfsobs_layouts,security_model=none,"
+                             "id=layouts"] if keep else []
         for i, d in enumerate(self.shares):
             shares += ["-virtfs", f"local,path={_opt(d)},mount_tag=zfsobs_share{i},security_model=none,"
                                   f"id=share{i}"]
@@ -153,7 +166,7 @@ class KernelLab:
     def run(self) -> int:
         if shutil.which(QEMU) is None:
             raise ZfsobsError(f"{QEMU} not found; install it with: sudo {BUILDER} (installs qemu, builds the image)")
-        img = ensure_image()
+        img = ensure_image(flavour=self.flavour)
         t0 = time.monotonic()
         try:
             return self._run(img, t0)
