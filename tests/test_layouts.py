@@ -158,9 +158,10 @@ def test_the_real_table_is_one_define_per_name():
 
 
 def test_alternatives_the_headers_lack_are_skipped_and_failing_ones_retried(tree, monkeypatch):
-    """vq_cactive appears in no header: never compiled. GONE does (a comment), so it is tried, fails on
-    its line and its next alternative takes its place. NOPE has none left: left out, as for BTF."""
-    monkeypatch.setenv("FAKE_MISSING", "GONE")
+    """vq_cactive appears in no header: that alternative is never compiled. GONE does (a comment), so it
+    is tried, fails on its line and the next alternative takes its place. NOPE, a name's only spec, is
+    compiled as it is, fails, and has none left: left out, as BTF leaves out what it lacks."""
+    monkeypatch.setenv("FAKE_MISSING", "GONE NOPE")
     monkeypatch.setenv("FAKE_VALUES", json.dumps({"offsetof(struct zio, io_vd)": 592,
                                                   "offsetof(struct vdev_queue, vq_class[0].vqc_active)": 8,
                                                   "sizeof(struct zio)": -1}))

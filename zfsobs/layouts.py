@@ -165,7 +165,8 @@ def _words(src: Path) -> str:
 
 def _plausible(spec: str, text: str) -> bool:
     """False when an identifier of the spec appears in no header: that alternative cannot compile
-    (a make costs a minute under the kernel lab's TCG; the compiler stays the judge of the rest)."""
+    (a make costs a minute under the kernel lab's TCG; the compiler stays the judge of the rest).
+    Only a name's alternatives are checked: a name with one is compiled as it is."""
     idents = re.findall(r"[A-Za-z_]\w*", spec.partition(":")[2] if ":" in spec else spec)
     return all(re.search(rf"\b{ident}\b", text) for ident in idents)
 
@@ -198,8 +199,9 @@ def _make(inputs: Inputs, workdir: Path, source: str) -> tuple[int, str]:
 def compile_layouts(inputs: Inputs, table: dict[str, list[str]]) -> dict[str, int]:
     """{name: value} for every name one of whose alternatives the source has (as btf.resolve_table):
     a failing alternative costs one more compile, with the next one in its place."""
-    text = _words(inputs.src)
-    todo = {name: [s for s in alts if _plausible(s, text)] for name, alts in table.items()}
+    text = _words(inputs.src) if any(len(alts) > 1 for alts in table.values()) else ""
+    todo = {name: [s for s in alts if _plausible(s, text)] if len(alts) > 1 else list(alts)
+            for name, alts in table.items()}
     with tempfile.TemporaryDirectory(prefix="zfsobs-layouts-") as tmp:
         workdir = Path(tmp)
         while True:
