@@ -56,6 +56,17 @@ def capture_path() -> str:
     return recorded_capture()
 
 
+def txg_rows_in(cap) -> list[dict]:
+    """The txg events' fields in a capture being written (a reader sees its whole records so far):
+    lab tests stop a recording once it holds what they check, not after a fixed time."""
+    from zfsobs.capture import read_capture
+    from zfsobs.events import Parser
+    if not os.path.exists(cap) or os.path.getsize(cap) < 1000:
+        return []
+    parser = Parser()
+    return [ev.fields for ev in map(parser.parse, read_capture(str(cap)).lines) if ev and ev.kind == "txg"]
+
+
 def lab_ready() -> str:
     """Why the lab tests cannot run here, or '' when they can."""
     if os.geteuid() != 0:

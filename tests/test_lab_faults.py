@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import lab_ready, truth_running
+from conftest import lab_ready, truth_running, txg_rows_in
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser, parse_all
 from zfsobs.targets import libzpool
@@ -105,13 +105,6 @@ uprobe:LIB:spa_txg_history_set /arg2 == 4/ { printf("S %d %s %llu %llu\n", pid, 
 MIN_TXGS = 50
 
 
-def txgs_in(cap) -> int:
-    """txg events in a capture being written (a reader sees its whole records so far)."""
-    if not cap.exists() or cap.stat().st_size < 1000:
-        return 0
-    return sum(line.split(None, 3)[2:3] == ["txg"] for line in read_capture(str(cap)).lines)
-
-
 @pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM", "lab-end"])
 def test_every_way_out_keeps_every_txg_and_leaves_nothing_behind(tmp_path, stop):
     cap = tmp_path / "out.cap"
@@ -126,7 +119,7 @@ def test_every_way_out_keeps_every_txg_and_leaves_nothing_behind(tmp_path, stop)
                 # well into ztest's test pass (docs/lab.md), by construction: the capture holds
                 # enough synced txgs (ztest's pace varies with the machine's load), within a bound
                 deadline = time.time() + 300
-                while txgs_in(cap) < MIN_TXGS + 10:
+                while len(txg_rows_in(cap)) < MIN_TXGS + 10:
                     assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-2000:]
                     time.sleep(1)
                 stopped_at = time.monotonic_ns()
