@@ -45,3 +45,9 @@ def test_every_member_of_the_structs_they_read_equals_the_modules_btf(got):
                                            for n in set(got["compiled"]) | set(got["btf"])
                                            if got["compiled"].get(n) != got["btf"].get(n)}
     assert len(got["compiled"]) >= 300, len(got["compiled"])
+
+
+def test_the_probe_scripts_rendered_with_either_are_the_same(got):
+    """So the stock image runs byte for byte the bpftrace programs the --btf image runs."""
+    assert got["rendered_equal"] == ["txg", "vdev_cache", "vdev_queue", "zil"], got["rendered_equal"]
+    assert got["rendered_layouts"][0].startswith("compiled")
