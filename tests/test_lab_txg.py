@@ -27,9 +27,10 @@ uprobe:LIB:spa_txg_history_set /arg2 == 3/ { @w[pid, arg0, arg1] = arg3; }
 uprobe:LIB:spa_txg_history_set /arg2 == 4 && @w[pid, arg0, arg1]/ {
     printf("S %d %s %llu %llu %llu\n", pid, str(arg0), arg1, arg3 - @w[pid, arg0, arg1], @w[pid, arg0, arg1]);
     delete(@w[pid, arg0, arg1]); }
-uprobe:LIB:spa_sync { @s[tid] = nsecs; }
-uretprobe:LIB:spa_sync /@s[tid]/ { printf("R %d %llu %llu\n", pid, @s[tid], nsecs - @s[tid]); delete(@s[tid]); }
-END { clear(@w); clear(@s); }
+uprobe:LIB:spa_sync { @s[tid] = nsecs; @t[tid] = arg1; }
+uretprobe:LIB:spa_sync /@s[tid]/ {
+    printf("R %d %llu %llu %llu\n", pid, @s[tid], nsecs - @s[tid], @t[tid]); delete(@s[tid]); delete(@t[tid]); }
+END { clear(@w); clear(@s); clear(@t); }
 """
 
 
@@ -181,16 +182,18 @@ def test_lab_files_are_removed(run):
     assert os.path.basename(meta["lab"]["dir"]) not in lab_dirs
 
 
+LAG_NS = 5_000_000_000
+
+
 def test_a_capture_killed_with_sigkill_stays_readable(tmp_path):
     cap = tmp_path / "killed.cap"
     with txg_truth(tmp_path):
         proc = subprocess.Popen(ZFSOBS + ["record", "--lab", "-O", str(cap)], stderr=subprocess.PIPE, text=True)
-        deadline = time.time() + 120
-        while time.time() < deadline:          # wait until txgs are being written
+        deadline = time.time() + 300
+        while len(txg_rows_in(cap)) < 20:      # txgs are being written
+            assert proc.poll() is None and time.time() < deadline, "no txgs recorded"
             time.sleep(1)
-            if cap.exists() and cap.stat().st_size > 2000:
-                break
-        time.sleep(3)
+        time.sleep(LAG_NS / 1e9 + 3)           # those are due by the kill
         killed_at = time.monotonic_ns()
         proc.kill()
         proc.wait()
@@ -199,23 +202,33 @@ def test_a_capture_killed_with_sigkill_stays_readable(tmp_path):
     events = [ev for ev in map(Parser().parse, captured.lines) if ev]
     rows = [ev for ev in events if ev.kind == "txg"]
     assert rows, "nothing readable after SIGKILL"
-    # every txg of the lab that the independent probe saw end more than 1.5 s before the kill
-    # (one flush interval plus slack) is in the capture
-    pid_starts = {(ev.fields["pid"], ev.fields["start"]) for ev in rows}
-    lab_pids = {ev.fields["pid"] for ev in rows}
-    seen = [(int(p[1]), int(p[2]), int(p[3])) for p in map(str.split, (tmp_path / "truth.out").read_text().splitlines())
+    # every txg of the lab that the independent probe saw end more than LAG_NS before the kill is
+    # in the capture: one 1 s flush interval, and up to 4 s more that a loaded machine can keep
+    # zfsobs from reading and writing (a run with load ~10 on 2 cores missed the 1.5 s once). A
+    # txg is its (pid, txg) and the nearest start: two probes on one entry differ by preemption
+    # between them (up to 132 us measured under load: docs/testing.md), a re-import by seconds.
+    ours = {}
+    for ev in rows:
+        ours.setdefault((ev.fields["pid"], ev.fields["txg"]), []).append(ev.fields["start"])
+    lab_pids = {pid for pid, _ in ours}
+    seen = [tuple(map(int, p[1:5])) for p in map(str.split, (tmp_path / "truth.out").read_text().splitlines())
             if p[:1] == ["R"] and int(p[1]) in lab_pids]
-    due = [(pid, start) for pid, start, dur in seen if start + dur < killed_at - 1_500_000_000]
-    missing = [k for k in due if not any(k[0] == pid and abs(k[1] - s) < 50_000 for pid, s in pid_starts)]
+    due = [(pid, txg, start) for pid, start, dur, txg in seen if start + dur < killed_at - LAG_NS]
+    missing = [k for k in due if not any(abs(k[2] - s) < 20_000_000 for s in ours.get(k[:2], ()))]
     assert due and not missing, (len(due), missing[:5])
-    # bpftrace and the lab's ztest die with zfsobs (PR_SET_PDEATHSIG)
-    time.sleep(3)
-    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    assert "zfsobs-probes-" not in ps, ps
-    # the lab's ztest (its pass child has no arguments and ends with its pass, see docs/lab.md)
-    assert not [l for l in ps.splitlines() if f"-p zfsobs_lab_{proc.pid}" in l], ps
-    perf = subprocess.run(["bpftool", "perf", "list"], capture_output=True, text=True).stdout
-    assert libzpool().path not in perf, perf
+    # bpftrace and the lab's ztest die with zfsobs (PR_SET_PDEATHSIG); the kernel detaches their
+    # probes as their last file descriptors close (seconds on a loaded machine)
+    deadline = time.time() + 60
+    while True:
+        ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+        perf = subprocess.run(["bpftool", "perf", "list"], capture_output=True, text=True).stdout
+        # the lab's ztest (its pass child has no arguments and ends with its pass, see docs/lab.md)
+        left_behind = ("zfsobs-probes-" in ps or libzpool().path in perf
+                       or [l for l in ps.splitlines() if f"-p zfsobs_lab_{proc.pid}" in l])
+        if not left_behind or time.time() > deadline:
+            break
+        time.sleep(1)
+    assert not left_behind, (ps, perf)
     # no cleanup of ours outlives SIGKILL: the next lab removes the files this one left
     left = captured.meta["lab"]["dir"]
     assert os.path.isdir(left)
