@@ -6,7 +6,7 @@ import os
 import platform
 import re
 
-from zfsobs import doctor_dtrace, doctor_kstat
+from zfsobs import doctor_dtrace, doctor_kstat, probe_load
 from zfsobs.errors import FeatureAbsent, ZfsobsError
 from zfsobs.lab import BUILDS
 from zfsobs.platforms import uses_dtrace
@@ -30,8 +30,10 @@ def tested(version: str) -> str:
     return f"tested ({distro}'s release)" if distro else ""
 
 
-def checks() -> tuple[list[tuple[str, str, str]], bool]:
-    """(status, what, detail) rows, and whether anything can be traced."""
+def checks(load: bool = False) -> tuple[list[tuple[str, str, str]], bool]:
+    """(status, what, detail) rows, and whether anything can be traced. With `load`, each probe
+    rendered for a target is also loaded with the bpftrace in use (zfsobs/probe_load.py: seconds
+    per probe), and a metric whose probe it refuses is a failure with bpftrace's reason."""
     if uses_dtrace():     # illumos / FreeBSD (docs/illumos.md)
         return doctor_dtrace.checks()
     rows = []
@@ -74,6 +76,7 @@ def checks() -> tuple[list[tuple[str, str, str]], bool]:
     kstat = os.path.isdir("/proc/spl/kstat/zfs")
     rows.append((OK if kstat else WARN, "kstats", "/proc/spl/kstat/zfs readable" if kstat else "absent (no kernel ZFS)"))
     traceable = False
+    loading: list[tuple[int, object, Target]] = []     # (row, rendered probe, target) to load
     for t in targets:
         usable = (t.kind == "libzpool" and uprobes) or (t.kind == "kernel" and kprobes)
         origin = offsets_origin(t)
@@ -96,9 +99,30 @@ def checks() -> tuple[list[tuple[str, str, str]], bool]:
                 detail = "traceable once the failures above are fixed; " + detail
             if name == "vdev_cache":
                 detail = f"{vdev_cache_state(t)}; {detail}"
+            if load and usable and root and bpftrace:
+                loading.append((len(rows), r, t))
             rows.append((state, f"metric {name} on {t.kind} {t.version}", detail))
             traceable |= bool(usable and root and bpftrace)
+    if loading:
+        traceable = load_rows(rows, loading, bpftrace, version)
     return rows, traceable
+
+
+def load_rows(rows: list, loading: list, bpftrace: str, version: str) -> bool:
+    """Each probe in `loading` loaded with this bpftrace: its metric row says whether it loads,
+    one row says how they were loaded. True if a txg probe (the backbone) loads."""
+    verdicts = probe_load.check(bpftrace, [(r, t) for _, r, t in loading], version=version)
+    for (i, _, _), why in zip(loading, verdicts):
+        state, what, detail = rows[i]
+        if why:
+            rows[i] = (BAD, what, f"bpftrace {version} refuses it: {why}; {detail}")
+        else:
+            rows[i] = (state, what, f"loads with bpftrace {version}; {detail}")
+    refused = sum(1 for why in verdicts if why)
+    rows.append((WARN if refused else OK, "probes load",
+                 f"{len(verdicts) - refused} of {len(verdicts)} with bpftrace {version} "
+                 f"({probe_load.how(version)})"))
+    return any(not why for (_, r, _), why in zip(loading, verdicts) if r.name == "txg")
 
 
 def vdev_cache_state(t: Target) -> str:
@@ -116,7 +140,7 @@ def vdev_cache_state(t: Target) -> str:
 
 
 def run(out) -> int:
-    rows, traceable = checks()
+    rows, traceable = checks(load=True)
     kstat = False
     if not uses_dtrace():
         more, kstat = doctor_kstat.rows(traceable)

@@ -1,0 +1,102 @@
+"""`zfsobs doctor` says which probes load with the bpftrace in use (zfsobs/probe_load.py): real
+bpftrace, no mocks. The host's 0.17 (no --dry-run: a run that exits at once) in seconds; Debian 13's
+0.23 and sid's 0.27 (--dry-run) in the lab tier, through scripts/bpftrace-chroot. Every load is on
+a private copy of the library: no process's probes fire."""
+from __future__ import annotations
+
+import dataclasses
+import filecmp
+import io
+import os
+import re
+import shutil
+
+import pytest
+
+from conftest import lab_ready
+from zfsobs import doctor, probe_load, probes
+from zfsobs.probes import available, max_cpus, render, source
+from zfsobs.source import bpftrace_version
+from zfsobs.targets import find_libraries, libzpool
+
+REFUSED = "\nBEGIN { $x = 1; $x = \"a string\"; }\n"     # a type change: every release rejects it
+needs_root = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("bpftrace") or not find_libraries(),
+                                reason="needs root, bpftrace and an installed libzpool")
+
+
+@pytest.mark.skipif(not find_libraries(), reason="needs an installed libzpool")
+@pytest.mark.parametrize("dry", [False, True])
+def test_a_libzpool_script_names_a_private_copy_of_the_library(tmp_path, dry):
+    target = libzpool()
+    copies: dict[str, str] = {}
+    path = probe_load._script(str(tmp_path), 0, render("txg", target), target, copies, dry)
+    text = open(path).read()
+    assert target.path not in text and f"uprobe:{copies[target.path]}:spa_sync" in text
+    assert text.endswith(probe_load.EXIT_AT_ONCE) != dry
+    assert filecmp.cmp(target.path, copies[target.path], shallow=False)
+    assert os.stat(target.path).st_ino != os.stat(copies[target.path]).st_ino
+
+
+def test_which_releases_have_a_dry_run():
+    assert [probe_load.has_dry_run(v) for v in ("v0.17.0", "v0.21.0", "v0.22.0", "0.23.2", "v0.27.1",
+                                                "v1.0.0", "unknown", "")] == [False] * 2 + [True] * 4 + [False] * 2
+    assert "--dry-run" in probe_load.how("v0.27.1") and "no --dry-run before" in probe_load.how("v0.17.0")
+
+
+@needs_root
+def test_doctor_rows_say_which_probes_load_with_the_hosts_bpftrace():
+    bpftrace = shutil.which("bpftrace")
+    version = bpftrace_version(bpftrace)
+    target = libzpool()
+    good = render("txg", target)
+    bad = dataclasses.replace(good, text=good.text + REFUSED)
+    rows = [(doctor.OK, "metric txg on libzpool", "probes spa_sync"),
+            (doctor.OK, "metric txg (changed)", "probes spa_sync")]
+    assert doctor.load_rows(rows, [(0, good, target), (1, bad, target)], bpftrace, version)
+    assert rows[0] == (doctor.OK, "metric txg on libzpool", f"loads with bpftrace {version}; probes spa_sync")
+    state, _, detail = rows[1]
+    assert state == doctor.BAD and detail.startswith(f"bpftrace {version} refuses it: ")
+    assert "Type mismatch for $x" in detail and detail.endswith("; probes spa_sync")
+    assert rows[2] == (doctor.WARN, "probes load", f"1 of 2 with bpftrace {version} ({probe_load.how(version)})")
+    # the backbone refused: nothing is traceable
+    assert not doctor.load_rows([rows[1]], [(0, bad, target)], bpftrace, version)
+
+
+@pytest.mark.lab
+@pytest.mark.skipif(bool(lab_ready()), reason=lab_ready() or "ok")
+@pytest.mark.parametrize("suite", ["trixie", "sid"])
+def test_dry_run_loads_every_probe_and_names_a_verifier_refusal(suite, monkeypatch):
+    """--dry-run (0.22+) loads the programs into the kernel, not only compiles them: the four probes
+    rendered for the installed libzpool load, and on sid's 0.27.1 zil rendered for one CPU more than
+    its Max CPUs (zfsobs's own refusal bypassed) is refused by the kernel's verifier, with bpftrace's
+    reason, in seconds. (Debian 13's 0.23.2 loads that one and refuses zil at 300 CPUs, after 18 s;
+    0.17's refusal takes a minute of retries: tests/test_probes.py checks 0.17's limit.)"""
+    from test_lab_bpftrace_versions import VERSIONS, bpftrace_for
+    bpftrace = bpftrace_for(VERSIONS[suite][1])
+    target = libzpool()
+    items = [(render(name, target), target) for name in available()]
+    if suite == "sid":
+        monkeypatch.setattr(probes, "possible_cpus", lambda: max_cpus(source("zil")) + 1)
+        monkeypatch.setattr(probes, "max_cpus", lambda text: None)
+        items.append((render("zil", target), target))
+    verdicts = probe_load.check(bpftrace, items, bpftrace_version(bpftrace))
+    assert verdicts[:len(available())] == [""] * len(available()), dict(zip(available(), verdicts))
+    if suite == "sid":
+        refused = verdicts[-1]
+        assert refused.startswith("ERROR: Error loading BPF program for uprobe") and "zil_commit_impl" in refused, refused
+
+
+@pytest.mark.lab
+@needs_root
+def test_doctor_output_lists_the_load_of_every_metric(capsys):
+    """The whole doctor, as `zfsobs doctor` prints it: every traceable metric row says whether its
+    probe loads, and one row says how they were loaded."""
+    out = io.StringIO()
+    doctor.run(out)
+    text = out.getvalue()
+    version = bpftrace_version(shutil.which("bpftrace"))
+    metrics = [l for l in text.splitlines() if l.startswith(("ok", "warn", "FAIL")) and " metric " in l
+               and "absent:" not in l]
+    assert metrics and all(f"loads with bpftrace {version}" in l for l in metrics), text
+    n = len(metrics)
+    assert re.search(rf"^ok +probes load +{n} of {n} with bpftrace {re.escape(version)} ", text, re.M), text
