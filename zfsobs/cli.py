@@ -92,7 +92,7 @@ def _dispatch(args) -> int:
         return _probes(args)
     if cmd == "doctor":
         from zfsobs import doctor
-        return doctor.run(sys.stdout)
+        return doctor.run(sys.stdout, load=not args.quick)
     raise ZfsobsError(f"unknown command {cmd}")
 
 

@@ -146,7 +146,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("name", nargs="?")
     p.add_argument("--target", metavar="T", default="libzpool")
 
-    _bpftrace_arg(sub.add_parser("doctor", help="check what can be traced here"))
+    p = sub.add_parser("doctor", help="check what can be traced here")
+    _bpftrace_arg(p)
+    p.add_argument("--quick", action="store_true", help="skip loading each probe with bpftrace "
+                   "(seconds per probe): the checks that need no load")
     return ap
 
 

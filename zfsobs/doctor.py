@@ -139,8 +139,8 @@ def vdev_cache_state(t: Target) -> str:
             "-o zfs_vdev_cache_size=N has it on (the live view shows which)")
 
 
-def run(out) -> int:
-    rows, traceable = checks(load=True)
+def run(out, load: bool = True) -> int:
+    rows, traceable = checks(load=load)
     kstat = False
     if not uses_dtrace():
         more, kstat = doctor_kstat.rows(traceable)
