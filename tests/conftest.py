@@ -6,7 +6,6 @@ import contextlib
 import glob
 import os
 import shutil
-import signal
 import subprocess
 import time
 
