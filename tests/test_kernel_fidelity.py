@@ -63,8 +63,12 @@ def test_every_run_recorded_the_kernel_pool(out):
 
 
 def test_txg_sync_time_agrees_with_the_txgs_kstat(out):
-    """Per txg: our spa_sync time vs ZFS's own stime (syncing state, read from procfs): within 5 %
-    or 1 ms."""
+    """Per txg: our spa_sync time vs ZFS's own stime (syncing state, read from procfs). ZFS's
+    interval holds spa_sync and more: txg_sync_thread stamps it after spa_txg_history_init_io's
+    vdev_get_stats and again after spa_txg_history_fini_io's spa_config_enter and vdev_get_stats,
+    so stime - ours is that work plus any vCPU preemption in it: under TCG 0.30 to 0.72 ms at a run's
+    median txg, up to 62 ms on one (docs/fidelity.md). So: every txg inside ZFS's interval, and at
+    least half within 5 % or 1 ms of it."""
     history = txg_history(out / "fidelity" / "after" / "txgs")
     _, _, events = load_capture(out / "fidelity.cap", "txg")
     checked = []
@@ -74,8 +78,11 @@ def test_txg_sync_time_agrees_with_the_txgs_kstat(out):
         if f["pool"] != POOL or not truth or truth["state"] != "C":
             continue
         checked.append((f["txg"], f["sync_ns"], truth["stime"]))
-        assert abs(f["sync_ns"] - truth["stime"]) <= max(0.05 * truth["stime"], 1_000_000), checked[-1]
+        # gethrtime (raw monotonic) vs bpftrace's nsecs (monotonic): 50 us of rate and read skew
+        assert 0 < f["sync_ns"] <= truth["stime"] + 50_000, checked[-1]
     assert len(checked) >= 5, checked
+    close = [c for c in checked if c[2] - c[1] <= max(0.05 * c[2], 1_000_000)]
+    assert len(close) >= 0.5 * len(checked), (len(close), checked)
 
 
 def test_zil_commits_and_log_writes_equal_the_zil_kstat(out):

@@ -216,7 +216,8 @@ def test_a_capture_killed_with_sigkill_stays_readable(tmp_path):
     due = [(pid, txg, start) for pid, start, dur, txg in seen if start + dur < killed_at - LAG_NS]
     missing = [k for k in due if not any(abs(k[2] - s) < 20_000_000 for s in ours.get(k[:2], ()))]
     assert due and not missing, (len(due), missing[:5])
-    # bpftrace and the lab's ztest die with zfsobs (PR_SET_PDEATHSIG); the kernel detaches their
+    # bpftrace and the lab's ztest die with zfsobs (PR_SET_PDEATHSIG; SIGKILL for bpftrace: CI saw a
+    # SIGTERM lost by bpftrace 0.17 leave it running past this deadline); the kernel detaches their
     # probes as their last file descriptors close (seconds on a loaded machine)
     deadline = time.time() + 60
     while True:
@@ -228,7 +229,7 @@ def test_a_capture_killed_with_sigkill_stays_readable(tmp_path):
         if not left_behind or time.time() > deadline:
             break
         time.sleep(1)
-    assert not left_behind, (ps, perf)
+    assert not left_behind, ([l for l in ps.splitlines() if "bpftrace" in l or "ztest" in l], perf)
     # no cleanup of ours outlives SIGKILL: the next lab removes the files this one left
     left = captured.meta["lab"]["dir"]
     assert os.path.isdir(left)

@@ -12,8 +12,7 @@ PR_SET_PDEATHSIG = 1
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> None:
-    """For preexec_fn: the kernel sends `sig` to this child when its parent dies.
-    SIGTERM lets bpftrace detach its probes on the way out."""
+    """For preexec_fn: the kernel sends `sig` to this child when its parent dies."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
     except OSError:

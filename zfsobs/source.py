@@ -61,8 +61,11 @@ PREFIX = "zfsobs-probes-"   # the rendered scripts' temp directory, removed once
 
 
 def _child_setup() -> None:
-    """In the bpftrace child: die with zfsobs (even on SIGKILL), and allow BPF map memory."""
-    die_with_parent()
+    """In the bpftrace child: die with zfsobs (even on SIGKILL), and allow BPF map memory.
+    SIGKILL, not SIGTERM: bpftrace 0.17 can lose a SIGTERM as it loses a SIGINT (stop_marker.py),
+    and it then outlived zfsobs with its probes attached (CI saw one past 60 s). Nobody is left to
+    read its END lines; the kernel removes its probes as its file descriptors close."""
+    die_with_parent(signal.SIGKILL)
     try:
         resource.setrlimit(resource.RLIMIT_MEMLOCK, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     except (ValueError, OSError):

@@ -200,7 +200,13 @@ class VqDumps:
         # queue from its entry (or issue) to `end`
         pend_ns = get(7, 0) + (pend * end_us - get(PEND_US, 0)) * 1000
         act_ns = get(8, 0) + (act * end_us - get(ACT_US, 0)) * 1000
+        # a depth now can read one off while I/Os move (bpftrace 0.23 in CI: pend -1; the kernel lab:
+        # act 2 in two dumps while ZFS's own count never passed 1; cause not yet isolated, see
+        # docs/fidelity.md). A depth is never below 0 or above ZFS's own maximum of the dump: shown
+        # so; the counts and time integrals stay as counted, and a vdev's final lines are exact.
+        pend, act = max(0, pend), max(0, act)
         pend_max, act_max = (self._top(key + (k,), top, now) for k, (top, now) in enumerate(zip(tops, (pend, act))))
+        pend, act = (now if top < 0 else min(now, top) for now, top in ((pend, pend_max), (act, act_max)))
         limits = self.limits.get((pid, cls), [-1, -1])
         fields = {"pool": self.ident.get(key[:3], {}).get("pool", "?"), "pid": pid, "vd": hex(vd),
                   "class": cls, "final": int(last), "pend": pend, "act": act,
