@@ -77,18 +77,18 @@ def lab_ready() -> str:
     return ""
 
 
-def kernel_lab_ready(flavour: str = "stock") -> str:
+def kernel_lab_ready(flavour: str = "stock", distro: str = "bookworm") -> str:
     """Why the kernel lab tests cannot run here, or '' when they can: they boot a guest, so they run
-    where its image (of that flavour: stock, or btf) is built (./scripts/test builds both) unless
-    ZFSOBS_KERNEL_LAB=0."""
+    where its image (of that distro and flavour: stock, or btf) is built (./scripts/test builds them
+    all) unless ZFSOBS_KERNEL_LAB=0."""
     if os.environ.get("ZFSOBS_KERNEL_LAB") == "0":
         return "ZFSOBS_KERNEL_LAB=0"
     if os.geteuid() != 0:
         return "needs root"
-    from zfsobs.kernel_guest import image_dir
-    if not (image_dir(flavour=flavour) / "complete").is_file():
-        build = "scripts/kernel-lab-image" + (" --btf" if flavour == "btf" else "")
-        return f"no kernel lab image at {image_dir(flavour=flavour)} ({build} builds it)"
+    from zfsobs.kernel_guest import builder_command, image_dir
+    img = image_dir(flavour=flavour, distro=distro)
+    if not (img / "complete").is_file():
+        return f"no kernel lab image at {img} ({' '.join(builder_command(flavour, distro))} builds it)"
     return ""
 
 

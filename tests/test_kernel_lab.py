@@ -51,23 +51,35 @@ def test_accel_probe_answers_kvm_or_tcg(monkeypatch):
         kernel_guest.probe_accel()
 
 
-def test_cache_key_follows_the_recipe_and_the_flavour(tmp_path, monkeypatch):
+def test_cache_key_follows_the_recipe_the_flavour_and_the_distro(tmp_path, monkeypatch):
     recipe = tmp_path / "recipe"
     recipe.write_text("#!/bin/bash\necho one\n")
     first = kernel_guest.recipe_key(recipe)
     assert kernel_guest.recipe_key(recipe) == first != kernel_guest.recipe_key(recipe, "btf")
+    assert first != kernel_guest.recipe_key(recipe, distro="trixie")
     recipe.write_text("#!/bin/bash\necho two\n")
     assert kernel_guest.recipe_key(recipe) != first
-    # the builder script computes the same key and directory as the package, per flavour
+    # the builder script computes the same key and directory as the package, per image
     monkeypatch.setenv("ZFSOBS_KLAB_CACHE", str(tmp_path / "cache"))
-    for flavour, args in (("stock", []), ("btf", ["--btf"])):
-        out = subprocess.run([str(kernel_guest.BUILDER), *args, "--print-dir"], capture_output=True, text=True,
+    dirs = set()
+    for distro, flavour in kernel_guest.IMAGES:
+        args = kernel_guest.builder_command(flavour, distro)
+        out = subprocess.run([*args, "--print-dir"], capture_output=True, text=True,
                              env=dict(os.environ), check=True).stdout.strip()
-        key = kernel_guest.recipe_key(flavour=flavour)
-        assert out == str(kernel_guest.image_dir(flavour=flavour)) == str(tmp_path / "cache" / f"bookworm-{flavour}-{key}")
-    assert kernel_guest.image_dir(flavour="stock") != kernel_guest.image_dir(flavour="btf")
+        key = kernel_guest.recipe_key(flavour=flavour, distro=distro)
+        assert out == str(kernel_guest.image_dir(flavour=flavour, distro=distro)) \
+            == str(tmp_path / "cache" / f"{distro}-{flavour}-{key}")
+        dirs.add(out)
+    assert len(dirs) == len(kernel_guest.IMAGES)
     with pytest.raises(ZfsobsError, match="no kernel lab image flavour 'x'"):
         kernel_guest.image_dir(flavour="x")
+    with pytest.raises(ZfsobsError, match="no kernel lab distro 'sid'"):
+        kernel_guest.image_dir(distro="sid")
+    with pytest.raises(ZfsobsError, match="btf flavour for bookworm only"):
+        kernel_guest.image_dir(flavour="btf", distro="trixie")
+    res = subprocess.run([str(kernel_guest.BUILDER), "--distro", "trixie", "--btf", "--print-dir"],
+                         capture_output=True, text=True)
+    assert res.returncode != 0 and "--btf is built for bookworm only" in res.stderr
 
 
 def test_argument_errors_are_one_line():
@@ -77,6 +89,8 @@ def test_argument_errors_are_one_line():
     one_line_error(run("lab", "--kernel", "--zfs", "2.3", "--", "true"), "userland lab only")
     one_line_error(run("lab", "--layout", "mirror"), "only with --kernel")
     one_line_error(run("lab", "--btf"), "--btf: only with --kernel")
+    one_line_error(run("lab", "--distro", "trixie"), "--distro: only with --kernel")
+    one_line_error(run("lab", "--kernel", "--distro", "sid", "--", "true"), "no kernel lab distro 'sid'")
     one_line_error(run("lab", "--", "true"), "only with --kernel")
 
 
@@ -86,6 +100,24 @@ def test_missing_image_without_build_names_the_builder(tmp_path, monkeypatch):
         kernel_guest.ensure_image(build=False)
     with pytest.raises(ZfsobsError, match="kernel-lab-image --btf$"):
         kernel_guest.ensure_image(build=False, flavour="btf")
+    with pytest.raises(ZfsobsError, match="kernel-lab-image --distro trixie-backports$"):
+        kernel_guest.ensure_image(build=False, distro="trixie-backports")
+
+
+def test_list_shows_every_image_and_how_to_build_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZFSOBS_KLAB_CACHE", str(tmp_path))
+    built = kernel_guest.image_dir(distro="trixie")
+    built.mkdir()
+    (built / "complete").write_text("2026-11-24T00:00:00Z\n")
+    (built / "manifest").write_text("flavour stock\nkernel 6.12.0-1-amd64\nzfs-dkms 2.3.9-1\nbpftrace 0.23.2-1\n")
+    res = run("lab", "--kernel", "--list", env=dict(os.environ, ZFSOBS_KLAB_CACHE=str(tmp_path)))
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert any(line.startswith("--distro trixie ") and "built: kernel 6.12.0-1-amd64, zfs-dkms 2.3.9-1, "
+               "bpftrace 0.23.2-1" in line for line in lines), res.stdout
+    assert any(line.startswith("--distro bookworm --btf") and "not built (" in line and "--btf)" in line
+               for line in lines), res.stdout
+    assert sum(str(tmp_path) in line for line in lines) == len(kernel_guest.IMAGES)
 
 
 def test_builder_rejects_unknown_arguments():

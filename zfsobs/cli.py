@@ -219,10 +219,13 @@ def _kernel_lab(args) -> int:
     given = [f for f, v in (("--duration", args.duration), ("--zfs", args.zfs)) if v]
     if given:
         raise ZfsobsError(f"lab --kernel does not take {', '.join(given)} (userland lab only)")
+    if args.list:
+        return _kernel_images()
     command = after_dashes(args.command, "lab --kernel")
     lab = KernelLab(command, layout=args.layout or "mirror-log", disk_size=args.disk_size or "2G",
                     timeout=args.timeout or DEFAULT_TIMEOUT, console=args.console,
-                    options=args.option, shares=args.share, workload=args.workload or "mix", btf=args.btf)
+                    options=args.option, shares=args.share, workload=args.workload or "mix", btf=args.btf,
+                    distro=args.distro or "bookworm")
     raise_on_termination()
     try:
         return lab.run()
@@ -231,10 +234,24 @@ def _kernel_lab(args) -> int:
         return 130 if isinstance(exc, KeyboardInterrupt) else 143
 
 
+def _kernel_images() -> int:
+    """lab --kernel --list: each image of this recipe, built or not, and what it holds."""
+    from zfsobs.kernel_guest import builder_command, images
+    for row in images():
+        pk = row["packages"]
+        held = (f"kernel {pk.get('kernel', '?')}, zfs-dkms {pk.get('zfs-dkms', '?')}, "
+                f"bpftrace {pk.get('bpftrace', '?')}") if row["built"] else row["about"]
+        how = f"--distro {row['distro']}" + (" --btf" if row["flavour"] == "btf" else "")
+        state = "built" if row["built"] else "not built (" + " ".join(builder_command(row["flavour"], row["distro"])) + ")"
+        print(f"{how:<28} {state}: {held}\n{'':<28} {row['dir']}")
+    return 0
+
+
 def _lab(args) -> int:
     given = [f for f, v in (("--layout", args.layout), ("--disk-size", args.disk_size),
                             ("--timeout", args.timeout), ("--console", args.console),
-                            ("--share", args.share), ("--btf", args.btf), ("-- CMD", args.command)) if v]
+                            ("--share", args.share), ("--btf", args.btf), ("--distro", args.distro),
+                            ("--list", args.list), ("-- CMD", args.command)) if v]
     if given:
         raise ZfsobsError(f"lab: {', '.join(given)}: only with --kernel")
     from zfsobs.lab import Lab

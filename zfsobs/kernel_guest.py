@@ -17,6 +17,11 @@ BUILDER = PROJECT / "scripts" / "kernel-lab-image"
 DEFAULT_CACHE = "/var/cache/zfsobs/kernel-lab"
 POOL = "zfsobs_klab"
 FLAVOURS = ("stock", "btf")     # zfs-dkms as Debian builds it (no module BTF), or with module BTF
+# the Debian releases an image is built from (scripts/kernel-lab-image --distro), with what each holds
+DISTROS = {"bookworm": "Debian 12: kernel 6.1, OpenZFS 2.1.11, bpftrace 0.17",
+           "trixie": "Debian 13: kernel 6.12, OpenZFS 2.3.9, bpftrace 0.23",
+           "trixie-backports": "Debian 13 with trixie-backports' OpenZFS (2.4.x) on its 6.12 kernel"}
+IMAGES = (("bookworm", "stock"), ("bookworm", "btf"), ("trixie", "stock"), ("trixie-backports", "stock"))
 GUEST_LAYOUTS = "/var/cache/zfsobs/layouts"    # zfsobs/layouts.py's cache, the host's cache_dir()/layouts
 
 
@@ -62,11 +67,12 @@ def parse_size(text: str) -> int:
     return size
 
 
-def recipe_key(script: Path = BUILDER, flavour: str = "stock") -> str:
-    """The image's cache key: the builder script's own sha256 with the flavour, as
+def recipe_key(script: Path = BUILDER, flavour: str = "stock", distro: str = "bookworm") -> str:
+    """The image's cache key: the builder script's own sha256 with the flavour and the distro, as
     scripts/kernel-lab-image computes it."""
     try:
-        return hashlib.sha256(script.read_bytes() + f"flavour {flavour}\n".encode()).hexdigest()[:16]
+        tail = f"flavour {flavour}\ndistro {distro}\n".encode()
+        return hashlib.sha256(script.read_bytes() + tail).hexdigest()[:16]
     except OSError as exc:
         raise ZfsobsError(f"cannot read the image recipe {script}: {exc.strerror}") from None
 
@@ -75,10 +81,37 @@ def cache_dir() -> Path:
     return Path(os.environ.get("ZFSOBS_KLAB_CACHE") or DEFAULT_CACHE)
 
 
-def image_dir(key: str | None = None, flavour: str = "stock") -> Path:
+def image_dir(key: str | None = None, flavour: str = "stock", distro: str = "bookworm") -> Path:
     if flavour not in FLAVOURS:
         raise ZfsobsError(f"no kernel lab image flavour {flavour!r} (have: {', '.join(FLAVOURS)})")
-    return cache_dir() / f"bookworm-{flavour}-{key or recipe_key(flavour=flavour)}"
+    if distro not in DISTROS:
+        raise ZfsobsError(f"no kernel lab distro {distro!r} (have: {', '.join(DISTROS)})")
+    if (distro, flavour) not in IMAGES:
+        raise ZfsobsError(f"the kernel lab builds the {flavour} flavour for "
+                          f"{', '.join(d for d, f in IMAGES if f == flavour)} only, not {distro}")
+    return cache_dir() / f"{distro}-{flavour}-{key or recipe_key(flavour=flavour, distro=distro)}"
+
+
+def builder_command(flavour: str = "stock", distro: str = "bookworm") -> list[str]:
+    return [str(BUILDER)] + (["--distro", distro] if distro != "bookworm" else []) + \
+        (["--btf"] if flavour == "btf" else [])
+
+
+def images() -> list[dict]:
+    """Every image this recipe builds, whether it is built, and what its manifest says it holds."""
+    rows = []
+    for distro, flavour in IMAGES:
+        img = image_dir(flavour=flavour, distro=distro)
+        row = {"distro": distro, "flavour": flavour, "dir": str(img), "built": (img / "complete").is_file(),
+               "about": DISTROS[distro], "packages": {}}
+        try:
+            for line in (img / "manifest").read_text().splitlines():
+                name, _, version = line.partition(" ")
+                row["packages"][name] = version
+        except OSError:
+            pass
+        rows.append(row)
+    return rows
 
 
 def probe_accel() -> tuple[str, str]:
@@ -105,20 +138,20 @@ def probe_accel() -> tuple[str, str]:
     return "kvm", "/dev/kvm with hardware virtualisation"
 
 
-def ensure_image(build: bool = True, flavour: str = "stock") -> Path:
-    """The built image's directory; builds it first (a one-time ~4 min) when missing."""
-    img = image_dir(flavour=flavour)
+def ensure_image(build: bool = True, flavour: str = "stock", distro: str = "bookworm") -> Path:
+    """The built image's directory; builds it first (a one-time ~5 min) when missing."""
+    img = image_dir(flavour=flavour, distro=distro)
     if (img / "complete").is_file():
         return img
     if not BUILDER.is_file():
         raise ZfsobsError(f"the kernel lab needs a zfsobs source checkout ({BUILDER} is missing)")
-    builder = f"{BUILDER}{' --btf' if flavour == 'btf' else ''}"
+    builder = " ".join(builder_command(flavour, distro))
     if not build:
         raise ZfsobsError(f"no kernel lab image at {img}; build it with: sudo {builder}")
     if os.geteuid() != 0:
         raise ZfsobsError(f"no kernel lab image at {img}; build it (as root) with: sudo {builder}")
     print(f"zfsobs: kernel lab image not built yet: building it now with {builder} "
-          "(once per recipe, ~4 min)", file=sys.stderr)
+          "(once per recipe, ~5 min)", file=sys.stderr)
     res = subprocess.run(builder.split(), stdout=sys.stderr, stdin=subprocess.DEVNULL)
     if res.returncode != 0 or not (img / "complete").is_file():
         raise ZfsobsError(f"building the kernel lab image failed (rc {res.returncode}); see the log above")

@@ -6,7 +6,8 @@ CMD with the project mounted read-only at its host path (and any --share writabl
 stdout/stderr back, passes Ctrl-C/SIGTERM on to CMD, and returns CMD's exit status. The guest is
 always powered off and every temp file removed, whatever ends the run. The default image's zfs.ko is
 a stock DKMS build (no module BTF: zfsobs compiles its struct layouts, once per image, into a cache
-the guests share with the host); --btf boots the flavour built with module BTF.
+the guests share with the host); --btf boots the flavour built with module BTF; --distro trixie or
+trixie-backports an image of Debian 13 with OpenZFS 2.3 or 2.4 (kernel_guest.DISTROS).
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ import time
 from pathlib import Path
 
 from zfsobs.errors import ZfsobsError
-from zfsobs.kernel_guest import (BUILDER, GUEST_LAYOUTS, POOL, PROJECT, cache_dir, ensure_image, parse_layout,
+from zfsobs.kernel_guest import (BUILDER, GUEST_LAYOUTS, POOL, PROJECT, cache_dir, ensure_image, image_dir,
+                                 parse_layout,
                                  parse_module_options, parse_size, parse_workload, probe_accel, setup_script)
 from zfsobs.procs import die_with_parent
 from zfsobs.signals import Terminated
@@ -57,7 +59,8 @@ class KernelLab:
 
     def __init__(self, command: list[str], layout: str = "mirror-log", disk_size: str = "2G",
                  timeout: float = DEFAULT_TIMEOUT, console: bool = False, memory: str = "2G",
-                 options: list[str] = (), shares: list[str] = (), workload: str = "mix", btf: bool = False):
+                 options: list[str] = (), shares: list[str] = (), workload: str = "mix", btf: bool = False,
+                 distro: str = "bookworm"):
         if not command:
             raise ZfsobsError("lab --kernel: give the command to run in the guest: -- CMD ...")
         self.command = command
@@ -70,6 +73,8 @@ class KernelLab:
         self.console = console
         self.memory = memory
         self.flavour = "btf" if btf else "stock"
+        self.distro = distro
+        image_dir(flavour=self.flavour, distro=distro)      # a wrong pair is an error before anything starts
         self.accel, self.accel_why = probe_accel()
         self.dir: Path | None = None
         self.qemu: subprocess.Popen | None = None
@@ -166,7 +171,7 @@ class KernelLab:
     def run(self) -> int:
         if shutil.which(QEMU) is None:
             raise ZfsobsError(f"{QEMU} not found; install it with: sudo {BUILDER} (installs qemu, builds the image)")
-        img = ensure_image(flavour=self.flavour)
+        img = ensure_image(flavour=self.flavour, distro=self.distro)
         t0 = time.monotonic()
         try:
             return self._run(img, t0)
