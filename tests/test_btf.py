@@ -147,24 +147,44 @@ def _sections(tmp_path, image):
     return out
 
 
-def test_the_zfs_modules_own_btf_gives_every_probe_offset(tmp_path):
-    """The kernel target's layout, read from a real zfs.ko 2.1.11 (the kernel lab's --btf image: only
-    where it was built, scripts/kernel-lab-image --btf), against bpftool's reading of the same module."""
+# the kernel lab images whose zfs.ko carries module BTF: bookworm's --btf flavour (2.1.11) and the
+# stock trixie builds (2.3.9, 2.4.x: trixie's headers ship vmlinux), with what each release's BTF gives
+# for the "btf" table's constants (from 2.2 the ZIO_FLAG_* are macros, not in BTF: compiled instead)
+BTF_IMAGES = {
+    ("bookworm", "btf"): {"ZIO_FLAG_DONT_QUEUE": 1 << 19, "ZIO_FLAG_DONT_CACHE": 1 << 11, "VQ_ACTIVE_STRIDE": 48,
+                          "VQ_QUEUED_STRIDE": 48, "VQ_QUEUED_FIFO": 0, "VQ_QUEUED_FIFO_BACK": 0},
+    # 2.2.2 on: per-class active counts in their own uint32 array, FIFO classes (sync read/write,
+    # trim: 1 | 2 | 128) in a list counted 24 bytes before where the others' tree keeps its count
+    ("trixie", "stock"): {"VQ_ACTIVE_STRIDE": 4, "VQ_QUEUED_STRIDE": 40, "VQ_QUEUED_FIFO": 131,
+                          "VQ_QUEUED_FIFO_BACK": 24},
+    ("trixie-backports", "stock"): {"VQ_ACTIVE_STRIDE": 4, "VQ_QUEUED_STRIDE": 40, "VQ_QUEUED_FIFO": 131,
+                                    "VQ_QUEUED_FIFO_BACK": 24},
+}
+
+
+@pytest.mark.parametrize("distro,flavour", list(BTF_IMAGES))
+def test_the_zfs_modules_own_btf_gives_every_probe_offset(tmp_path, distro, flavour):
+    """The kernel target's layout, read from a real zfs.ko (a kernel lab image: only where it was
+    built, scripts/kernel-lab-image), against bpftool's reading of the same module."""
     from zfsobs import probes
-    from zfsobs.kernel_guest import image_dir
-    image = image_dir(flavour="btf")
-    if not (image / "zfs.ko").exists():
-        pytest.skip(f"no kernel lab image at {image} (scripts/kernel-lab-image --btf builds it)")
+    from zfsobs.kernel_guest import builder_command, image_dir
+    image = image_dir(flavour=flavour, distro=distro)
+    if not (image / "complete").exists():
+        pytest.skip(f"no kernel lab image at {image} ({' '.join(builder_command(flavour, distro))} builds it)")
     vmlinux, module = _sections(tmp_path, image)
     got = probes._module_btf.__wrapped__(module, vmlinux)
     table = json.loads((probes.probes_dir() / "offsets.json").read_text())
     names = {f for build in table["libzpool"].values() for f in build.get("fields", {})}
     assert names <= set(got), sorted(names - set(got))
-    assert {k: got[k] for k in table["btf"]["constants"]} == \
-        {"ZIO_FLAG_DONT_QUEUE": 1 << 19, "ZIO_FLAG_DONT_CACHE": 1 << 11, "VQ_ACTIVE_STRIDE": 48,
-         "VQ_QUEUED_STRIDE": 48}
-    # 2.1's vdev_queue_class: uint32 vqc_active, then the queued tree (avl_numnodes 24 bytes into it)
-    assert got["vdev_queue.class_queued"] == got["vdev_queue.class_active"] + 8 + 24
+    assert {k: got[k] for k in table["btf"]["constants"] if k in got} == BTF_IMAGES[distro, flavour]
+    if distro == "bookworm":
+        # 2.1's vdev_queue_class: uint32 vqc_active, then the queued tree (avl_numnodes 24 bytes into it)
+        assert got["vdev_queue.class_queued"] == got["vdev_queue.class_active"] + 8 + 24
+    else:
+        # vq_vdev, then vq_class[9] of 40 bytes (the tree's avl_numnodes 24 bytes in), two offset
+        # trees, vq_last_offset, vq_last_prio, vq_cqueued, then vq_cactive[] (include/sys/vdev_impl.h)
+        assert got["vdev_queue.class_queued"] == 8 + 24
+        assert got["vdev_queue.class_active"] == 8 + 9 * 40 + 2 * 40 + 8 + 4 + 4
     dump = subprocess.run(["bpftool", "btf", "dump", "file", str(image / "zfs.ko"), "-B", str(image / "vmlinux")],
                           capture_output=True, text=True, check=True).stdout
     members, cur = {}, None

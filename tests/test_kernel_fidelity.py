@@ -1,6 +1,6 @@
-"""The kernel target against ZFS's own counters, on each kernel lab image: one guest per image (a
-stock DKMS zfs.ko without module BTF, so zfsobs compiles its struct layouts; bookworm's loaded with a
-16 MiB vdev cache) runs scripts/kernel-fidelity, which records fio workloads with `zfsobs record`
+"""The kernel target against ZFS's own counters, on each kernel lab image: one guest per image (its
+distro's stock DKMS zfs.ko: bookworm's without module BTF, so zfsobs compiles its struct layouts, and
+loaded with a 16 MiB vdev cache; trixie's with module BTF) runs scripts/kernel-fidelity, which records fio workloads with `zfsobs record`
 while it snapshots the kstats around them. Each metric is then checked here against its ground
 truth, and the seed scenarios against what ZFS is known to do (docs/fidelity.md). The images:
 bookworm (OpenZFS 2.1.11, bpftrace 0.17), trixie (2.3.9, bpftrace 0.23), trixie-backports (2.4.x,
@@ -13,68 +13,29 @@ import os
 import statistics
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from conftest import guest_run, kernel_lab_ready, load_capture
+from conftest import load_capture
+from kernel_images import IMAGES, SEED_IMAGE, Image, fidelity_run
 from zfsobs import kstats
 from zfsobs.model.vdev_queue import CLASSES
 
 pytestmark = [pytest.mark.kernel]
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POOL = "zfsobs_klab"
-CACHE_SIZE = 16 << 20
-SEEDS = ("slog", "noslog", "awq1", "awq10", "awqset", "txgt5", "txgt1")
-# per image: the runs its guest records, and its module options (the vdev cache is 2.1's only)
-IMAGES = {
-    "bookworm": (("fidelity", "tail"), ("-o", f"zfs_vdev_cache_size={CACHE_SIZE}")),
-    "trixie": (("fidelity", "tail"), ()),
-    "trixie-backports": (("fidelity", "tail") + SEEDS, ()),
-}
-SEED_IMAGE = "trixie-backports"
-
-
-@dataclass
-class Image:
-    distro: str
-    out: Path
-    runs: tuple[str, ...]
-    version: str       # the module's, as the guest's /sys/module/zfs/version says (2.3.9-1)
-
-
-_done: dict[str, Image] = {}
-
-
-def _guest(distro: str, tmp_path_factory) -> Image:
-    """The image's fidelity run, once per session (the seed tests share the newest image's)."""
-    why = kernel_lab_ready(distro=distro)
-    if why:
-        pytest.skip(why)
-    if distro not in _done:
-        runs, options = IMAGES[distro]
-        env = "ZFSOBS_FIDELITY_DIR" + ("" if distro == "bookworm" else "_" + distro.upper().replace("-", "_"))
-        out = guest_run(tmp_path_factory, env, "kernel-fidelity", runs, timeout=2400,
-                        lab=("--workload", "none", "--distro", distro, *options))
-        version = (out / "fidelity" / "before" / "version").read_text().strip()
-        _done[distro] = Image(distro, out, runs, version)
-    return _done[distro]
 
 
 @pytest.fixture(scope="module", params=list(IMAGES))
 def image(request, tmp_path_factory) -> Image:
-    return _guest(request.param, tmp_path_factory)
+    return fidelity_run(request.param, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory) -> Path:
     """The seed stories' runs: the newest image's."""
-    return _guest(SEED_IMAGE, tmp_path_factory).out
-
-
-def has_vdev_cache(image: Image) -> bool:
-    return image.version.split(".")[:2] in (["2", "0"], ["2", "1"])
+    return fidelity_run(SEED_IMAGE, tmp_path_factory).out
 
 
 def kstat(path) -> dict[str, int]:
@@ -98,18 +59,24 @@ def test_every_run_recorded_the_kernel_pool(image):
     release = image.version.split("-")[0]
     for run in image.runs:
         capture, _, _ = load_capture(image.out / f"{run}.cap", "txg")
-        # a stock image: no module BTF, every offset compiled from the module's source (layouts.py)
+        # the stock build as its distro makes it: bookworm's without module BTF, every offset compiled
+        # from the module's source (layouts.py); trixie's with it, the flags that are macros compiled
         target = capture.meta["target"]
-        assert target["kind"] == "kernel" and not target["btf"] and target["version"] == release, target
-        assert target["layouts"].startswith(f"compiled from /usr/src/zfs-{release} against /lib/modules/"), target
+        assert target["kind"] == "kernel" and target["version"] == release, target
+        if image.distro == "bookworm":
+            assert not target["btf"], target
+            assert target["layouts"].startswith(f"compiled from /usr/src/zfs-{release} against /lib/modules/"), target
+        else:
+            assert target["btf"] and target["layouts"].startswith("module BTF (/sys/kernel/btf/zfs); "
+                                                                  "ZIO_FLAG_DONT_QUEUE compiled from "), target
         assert POOL in report(image.out, run)["txg"], run
         # every probe of every script attached: no function inlined away in this zfs.ko, no field
         # missing from its layouts (the renderer would have dropped the block and said so here)
-        want = {"txg", "zil", "vdev_queue"} | ({"vdev_cache"} if has_vdev_cache(image) else set())
+        want = {"txg", "zil", "vdev_queue"} | ({"vdev_cache"} if image.has_vdev_cache() else set())
         assert set(capture.meta["probes"]) == want, (run, capture.meta["probes"].keys())
         assert all(not p["dropped"] for p in capture.meta["probes"].values()), capture.meta["probes"]
         unavailable = capture.meta["unavailable"]
-        if has_vdev_cache(image):
+        if image.has_vdev_cache():
             assert not unavailable, unavailable
         else:
             assert list(unavailable) == ["vdev_cache"] and "removed in OpenZFS 2.2.0" in unavailable["vdev_cache"]
@@ -156,7 +123,7 @@ def test_vdev_cache_hits_and_misses_equal_vdev_cache_stats(image):
     and the report says so with the reason."""
     out = image.out
     vc = report(out, "fidelity")["vdev_cache"]
-    if not has_vdev_cache(image):
+    if not image.has_vdev_cache():
         assert not (out / "fidelity" / "before" / "vdev_cache_stats").exists()
         assert vc["state"] == "absent" and "removed in OpenZFS 2.2.0" in vc["why"], vc
         return

@@ -211,10 +211,20 @@ class Btf:
 
     def lookup(self, spec: str) -> int:
         """One spec of offsets.json's "btf" table: a member path (its offset), "stride:PATH",
-        "sizeof:NAME" or "enum:NAME"."""
+        "sizeof:NAME", "enum:NAME", "gap:STRUCT.PATH-PATH" (how far the first member lies past
+        the second), "if:PATH=N" (N where the module has that member) or "value:N"."""
         kind, sep, arg = spec.partition(":")
         if not sep:
             return self.offset(spec)[0]
+        if kind == "value":
+            return int(arg)
+        if kind == "if":
+            path, _, value = arg.partition("=")
+            self.offset(path)
+            return int(value)
+        if kind == "gap":
+            first, _, second = arg.partition("-")
+            return self.offset(first)[0] - self.offset(first.split(".")[0] + "." + second)[0]
         if kind == "stride":
             return self.stride(arg)
         if kind == "sizeof":

@@ -3,7 +3,7 @@ loaded, from the installed zfs source against the running kernel's build tree.
 
 A small kbuild object holds one kbuild asm-offsets DEFINE() per OFF()/CONST() name the probes use
 (the names of probes/offsets.json's "btf" table, with the same alternatives: a member path, "stride:",
-"sizeof:", "enum:"). `make -C /lib/modules/<kver>/build M=DIR zfsobs_layouts.s` compiles it with the
+"sizeof:", "enum:", "gap:", "if:", "value:"). `make -C /lib/modules/<kver>/build M=DIR zfsobs_layouts.s` compiles it with the
 kernel's own flags plus the module's flags of that release (module/Kbuild.in: -include zfs_config.h,
 its include dirs, -D_KERNEL, the debug defines its configure chose), and each value is read back
 from the generated assembly. What it needs is what a DKMS install keeps: /usr/src/zfs-<ver>/, the
@@ -143,6 +143,15 @@ def find_inputs(version: str) -> Inputs:
 
 def _expr(spec: str) -> str:
     """A spec of offsets.json's "btf" table as a C constant expression."""
+    kind, _, arg = spec.partition(":")
+    if kind == "gap":
+        first, _, second = arg.partition("-")
+        return f"({_expr(first)} - {_expr(first.split('.')[0] + '.' + second)})"
+    if kind == "value" and re.fullmatch(r"-?\d+", arg):
+        return arg
+    if kind == "if" and re.fullmatch(r"[\w.\[\]]+=-?\d+", arg):
+        path, _, value = arg.partition("=")       # compiles only where the member exists
+        return f"(0 * sizeof(((struct {path.split('.')[0]} *)0)->{path.partition('.')[2]}) + {value})"
     m = _SPEC_RE.match(spec)
     if not m:
         raise ZfsobsError(f"layouts: bad spec {spec!r}")
@@ -165,8 +174,7 @@ def _words(src: Path) -> str:
 
 def _plausible(spec: str, text: str) -> bool:
     """False when an identifier of the spec appears in no header: that alternative cannot compile
-    (a make costs a minute under the kernel lab's TCG; the compiler stays the judge of the rest).
-    Only a name's alternatives are checked: a name with one is compiled as it is."""
+    (a make costs a minute under the kernel lab's TCG; the compiler stays the judge of the rest)."""
     idents = re.findall(r"[A-Za-z_]\w*", spec.partition(":")[2] if ":" in spec else spec)
     return all(re.search(rf"\b{ident}\b", text) for ident in idents)
 
@@ -199,9 +207,8 @@ def _make(inputs: Inputs, workdir: Path, source: str) -> tuple[int, str]:
 def compile_layouts(inputs: Inputs, table: dict[str, list[str]]) -> dict[str, int]:
     """{name: value} for every name one of whose alternatives the source has (as btf.resolve_table):
     a failing alternative costs one more compile, with the next one in its place."""
-    text = _words(inputs.src) if any(len(alts) > 1 for alts in table.values()) else ""
-    todo = {name: [s for s in alts if _plausible(s, text)] if len(alts) > 1 else list(alts)
-            for name, alts in table.items()}
+    text = _words(inputs.src)
+    todo = {name: [s for s in alts if _plausible(s, text)] for name, alts in table.items()}
     with tempfile.TemporaryDirectory(prefix="zfsobs-layouts-") as tmp:
         workdir = Path(tmp)
         while True:

@@ -89,7 +89,16 @@ def offsets_for(target: Target) -> dict[str, int]:
     if target.kind == "kernel" and not uses_dtrace():
         same_release = offsets_table()["libzpool"].get(target.version, {}).get("constants", {})
         if target.btf:
-            found, target.layouts = _module_btf(), f"module BTF ({MODULE_BTF})"
+            found, target.layouts = dict(_module_btf()), f"module BTF ({MODULE_BTF})"
+            # a flag that is a macro, not an enumerator (ZIO_FLAG_* from 2.2 on), is not in BTF:
+            # compiled from the module's installed source, as without BTF
+            consts = offsets_table()["btf"]["constants"]
+            lacking = {n: consts[n] for n in consts if n not in found and n not in same_release}
+            extra, how = layouts.module_layouts(target.version, lacking) if lacking else ({}, "")
+            extra = {n: v for n, v in extra.items() if n in lacking}
+            if extra:
+                found.update(extra)
+                target.layouts += f"; {', '.join(sorted(extra))} {how}"
         else:
             found, target.layouts = layouts.module_layouts(target.version, layouts.specs(offsets_table()))
         if found:

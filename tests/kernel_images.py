@@ -1,0 +1,50 @@
+"""The kernel lab images the kernel tests run on, and their one fidelity guest each
+(scripts/kernel-fidelity), shared by tests/test_kernel_fidelity.py and tests/test_kernel_layouts.py:
+one boot per image per session."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conftest import guest_run, kernel_lab_ready
+
+CACHE_SIZE = 16 << 20
+SEEDS = ("slog", "noslog", "awq1", "awq10", "awqset", "txgt5", "txgt1")
+# per image: the runs its guest records, and its module options (the vdev cache is 2.1's only)
+IMAGES = {
+    "bookworm": (("fidelity", "tail"), ("-o", f"zfs_vdev_cache_size={CACHE_SIZE}")),
+    "trixie": (("fidelity", "tail"), ()),
+    "trixie-backports": (("fidelity", "tail") + SEEDS, ()),
+}
+SEED_IMAGE = "trixie-backports"
+
+
+@dataclass
+class Image:
+    distro: str
+    out: Path
+    runs: tuple[str, ...]
+    version: str       # the module's, as the guest's /sys/module/zfs/version says (2.3.9-1)
+
+    def has_vdev_cache(self) -> bool:        # removed in OpenZFS 2.2.0
+        return self.version.split(".")[:2] in (["2", "0"], ["2", "1"])
+
+
+_done: dict[str, Image] = {}
+
+
+def fidelity_run(distro: str, tmp_path_factory) -> Image:
+    """The image's fidelity run, once per session (the seed tests share the newest image's)."""
+    why = kernel_lab_ready(distro=distro)
+    if why:
+        pytest.skip(why)
+    if distro not in _done:
+        runs, options = IMAGES[distro]
+        env = "ZFSOBS_FIDELITY_DIR" + ("" if distro == "bookworm" else "_" + distro.upper().replace("-", "_"))
+        out = guest_run(tmp_path_factory, env, "kernel-fidelity", runs, timeout=2400,
+                        lab=("--workload", "none", "--distro", distro, *options))
+        version = (out / "fidelity" / "before" / "version").read_text().strip()
+        _done[distro] = Image(distro, out, runs, version)
+    return _done[distro]
