@@ -15,7 +15,7 @@ SEEDS = ("slog", "noslog", "awq1", "awq10", "awqset", "txgt5", "txgt1")
 # per image: the runs its guest records, and its module options (the vdev cache is 2.1's only)
 IMAGES = {
     "bookworm": (("fidelity", "tail"), ("-o", f"zfs_vdev_cache_size={CACHE_SIZE}")),
-    "trixie": (("fidelity", "tail"), ()),
+    "trixie": (("fidelity", "tail", "zilstat"), ()),
     "trixie-backports": (("fidelity", "tail") + SEEDS, ()),
 }
 SEED_IMAGE = "trixie-backports"
@@ -30,6 +30,11 @@ class Image:
 
     def has_vdev_cache(self) -> bool:        # removed in OpenZFS 2.2.0
         return self.version.split(".")[:2] in (["2", "0"], ["2", "1"])
+
+    @property
+    def recorded(self) -> tuple[str, ...]:
+        """The runs recorded with `zfsobs record` (zilstat is a side-by-side of two zilstats)."""
+        return tuple(r for r in self.runs if r != "zilstat")
 
 
 _done: dict[str, Image] = {}

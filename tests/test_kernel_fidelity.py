@@ -57,7 +57,7 @@ def txg_history(path) -> dict[int, dict]:
 
 def test_every_run_recorded_the_kernel_pool(image):
     release = image.version.split("-")[0]
-    for run in image.runs:
+    for run in image.recorded:
         capture, _, _ = load_capture(image.out / f"{run}.cap", "txg")
         # the stock build as its distro makes it: bookworm's without module BTF, every offset compiled
         # from the module's source (layouts.py); trixie's with it, the flags that are macros compiled
@@ -110,12 +110,67 @@ def test_zil_commits_and_log_writes_equal_the_zil_kstat(image):
     counts delta (zil_lwb_write_issue bumps one of them per lwb). The tail run stops with its last
     txgs still open: their counts come from the probe's END."""
     out = image.out
-    for run in image.runs:
+    for run in image.recorded:
         zil, truth = report(out, run)["zil"].get(POOL, {}), delta(out, run, "zil")
         assert zil.get("commits", 0) == truth["zil_commit_count"], (run, zil, truth)
         assert zil.get("lwbs", 0) == truth["zil_itx_metaslab_normal_count"] + truth["zil_itx_metaslab_slog_count"], \
             (run, zil, truth)
     assert report(out, "fidelity")["zil"][POOL]["commits"] > 1000 and report(out, "tail")["zil"][POOL]["commits"] > 100
+
+
+def _openzfs_zilstat(path) -> dict[str, tuple[int, int]]:
+    """OpenZFS zilstat's lines (-f time,ds,...): per column the bounds [lo, hi] of its total, as
+    its prettynum prints a value: as it is below its scale, else "%.1f" or "%d" with a suffix."""
+    lines = path.read_text().splitlines()
+    names = lines[0].split()
+    total = {n: [0, 0] for n in names[2:]}
+    for line in lines[1:]:
+        words = line.split()
+        if len(words) != len(names) or words[0] == "time":
+            continue
+        for name, word in zip(names[2:], words[2:]):
+            scale = 1024 if name.endswith(("b", "w", "a")) else 1000
+            if word[-1].isdigit():
+                lo = hi = int(word)
+            else:
+                unit = scale ** " KMGTPEZ".index(word[-1])
+                value = float(word[:-1])
+                lo, hi = ((value - 0.05) * unit, (value + 0.05) * unit) if "." in word else (value * unit, (value + 1) * unit)
+            total[name][0] += lo
+            total[name][1] += hi
+    return {n: (int(lo), int(hi + 0.5)) for n, (lo, hi) in total.items()}
+
+
+def _our_zilstat(path) -> dict[str, int]:
+    """`zfsobs zilstat -t 1`'s lines: the total of each column over them."""
+    lines = [line.split() for line in path.read_text().splitlines()]
+    names, total = lines[0], {}
+    for words in lines[1:]:
+        if len(words) == len(names) and words[0] != "time":
+            for name, word in zip(names[1:], words[1:]):
+                total[name] = total.get(name, 0) + int(word)
+    return total
+
+
+def test_zfsobs_zilstat_agrees_with_openzfs_zilstat(image):
+    """2.3 on ship OpenZFS's own zilstat (reading the zil kstats, per dataset with -p). Both ran
+    side by side, one line a second, over the same seconds (a rate-limited fsync load inside them,
+    the zil kstat snapshotted around the load): log blocks written, the bytes used in them, and
+    their sizes (the space allocated for them) must agree over the whole span."""
+    if "zilstat" not in image.runs:
+        pytest.skip(f"OpenZFS {image.version} has no zilstat (2.3 on); it runs on trixie's image")
+    d = image.out / "zilstat"
+    theirs, ours, truth = _openzfs_zilstat(d / "openzfs.txt"), _our_zilstat(d / "ours.txt"), delta(d, ".", "zil")
+    lwbs = truth["zil_itx_metaslab_normal_count"] + truth["zil_itx_metaslab_slog_count"]
+    used = truth["zil_itx_metaslab_normal_bytes"] + truth["zil_itx_metaslab_slog_bytes"]
+    alloc = truth["zil_itx_metaslab_normal_alloc"] + truth["zil_itx_metaslab_slog_alloc"]
+    assert lwbs > 500, truth
+    assert ours["ops"] == lwbs, (ours, truth)
+    assert theirs["imnc"][0] + theirs["imsc"][0] <= lwbs <= theirs["imnc"][1] + theirs["imsc"][1], (theirs, truth)
+    assert ours["N-Bytes"] == used, (ours, truth)
+    assert theirs["imnb"][0] + theirs["imsb"][0] <= used <= theirs["imnb"][1] + theirs["imsb"][1], (theirs, truth)
+    assert ours["B-Bytes"] == alloc, (ours, truth)
+    assert theirs["imna"][0] + theirs["imsa"][0] <= alloc <= theirs["imna"][1] + theirs["imsa"][1], (theirs, truth)
 
 
 def test_vdev_cache_hits_and_misses_equal_vdev_cache_stats(image):

@@ -113,7 +113,9 @@ def offsets_origin(target: Target) -> str:
     if target.kind == "kernel" and not uses_dtrace():
         found = offsets_for(target)
         if target.btf:
-            return f"from the module's own BTF ({MODULE_BTF}): {len(_module_btf())} fields and flags found"
+            extra = target.layouts.partition("; ")[2]
+            return (f"from the module's own BTF ({MODULE_BTF}): {len(_module_btf())} fields and flags found"
+                    + (f"; {extra}" if extra else ""))
         if target.layouts.startswith("compiled"):
             return f"{target.layouts}: {len(found)} fields and flags"
         return f"unknown for {target.name}: {target.layouts}; probes that read struct fields are off"
