@@ -137,11 +137,15 @@ def test_bad_input_is_one_clear_error(tmp_path, btf):
 
 
 def _sections(tmp_path, image):
-    """The .BTF sections of the kernel lab's cached vmlinux and zfs.ko (both built with BTF)."""
+    """The base and split BTF of the kernel lab's cached zfs.ko (built with BTF): its base is the
+    vmlinux's .BTF, or from kernel 6.12 on the module's own distilled base (.BTF.base, which the
+    kernel relocates onto vmlinux's at load: /sys/kernel/btf/zfs is split from vmlinux's)."""
     out = []
-    for name in ("vmlinux", "zfs.ko"):
-        dest = tmp_path / f"{name}.btf"
-        subprocess.run(["objcopy", f"--dump-section=.BTF={dest}", str(image / name), str(tmp_path / "scratch")],
+    heads = subprocess.run(["readelf", "-S", str(image / "zfs.ko")], capture_output=True, text=True).stdout
+    base = ("zfs.ko", ".BTF.base") if ".BTF.base" in heads else ("vmlinux", ".BTF")
+    for name, section in (base, ("zfs.ko", ".BTF")):
+        dest = tmp_path / f"{name}{section}"
+        subprocess.run(["objcopy", f"--dump-section={section}={dest}", str(image / name), str(tmp_path / "scratch")],
                        check=True, capture_output=True)
         out.append(str(dest))
     return out
@@ -154,10 +158,11 @@ BTF_IMAGES = {
     ("bookworm", "btf"): {"ZIO_FLAG_DONT_QUEUE": 1 << 19, "ZIO_FLAG_DONT_CACHE": 1 << 11, "VQ_ACTIVE_STRIDE": 48,
                           "VQ_QUEUED_STRIDE": 48, "VQ_QUEUED_FIFO": 0, "VQ_QUEUED_FIFO_BACK": 0},
     # 2.2.2 on: per-class active counts in their own uint32 array, FIFO classes (sync read/write,
-    # trim: 1 | 2 | 128) in a list counted 24 bytes before where the others' tree keeps its count
-    ("trixie", "stock"): {"VQ_ACTIVE_STRIDE": 4, "VQ_QUEUED_STRIDE": 40, "VQ_QUEUED_FIFO": 131,
+    # trim: 1 | 2 | 128) in a list counted 24 bytes before where the others' tree keeps its count;
+    # a class is 32 bytes in the kernel (libzpool's 40: its avl_tree_t has a pad, its list_t a size)
+    ("trixie", "stock"): {"VQ_ACTIVE_STRIDE": 4, "VQ_QUEUED_STRIDE": 32, "VQ_QUEUED_FIFO": 131,
                           "VQ_QUEUED_FIFO_BACK": 24},
-    ("trixie-backports", "stock"): {"VQ_ACTIVE_STRIDE": 4, "VQ_QUEUED_STRIDE": 40, "VQ_QUEUED_FIFO": 131,
+    ("trixie-backports", "stock"): {"VQ_ACTIVE_STRIDE": 4, "VQ_QUEUED_STRIDE": 32, "VQ_QUEUED_FIFO": 131,
                                     "VQ_QUEUED_FIFO_BACK": 24},
 }
 
@@ -181,11 +186,11 @@ def test_the_zfs_modules_own_btf_gives_every_probe_offset(tmp_path, distro, flav
         # 2.1's vdev_queue_class: uint32 vqc_active, then the queued tree (avl_numnodes 24 bytes into it)
         assert got["vdev_queue.class_queued"] == got["vdev_queue.class_active"] + 8 + 24
     else:
-        # vq_vdev, then vq_class[9] of 40 bytes (the tree's avl_numnodes 24 bytes in), two offset
+        # vq_vdev, then vq_class[9] of 32 bytes (the tree's avl_numnodes 24 bytes in), two offset
         # trees, vq_last_offset, vq_last_prio, vq_cqueued, then vq_cactive[] (include/sys/vdev_impl.h)
         assert got["vdev_queue.class_queued"] == 8 + 24
-        assert got["vdev_queue.class_active"] == 8 + 9 * 40 + 2 * 40 + 8 + 4 + 4
-    dump = subprocess.run(["bpftool", "btf", "dump", "file", str(image / "zfs.ko"), "-B", str(image / "vmlinux")],
+        assert got["vdev_queue.class_active"] == 8 + 9 * 32 + 2 * 32 + 8 + 4 + 4
+    dump = subprocess.run(["bpftool", "btf", "dump", "file", module, "-B", vmlinux],
                           capture_output=True, text=True, check=True).stdout
     members, cur = {}, None
     for line in dump.splitlines():
