@@ -6,7 +6,8 @@ from zfsobs import kstats
 
 SHOWS = ("kstat mode shows: every synced txg exactly as ZFS timed it (sync, open, quiesce, wait, "
          "dirty); ZIL commits, log blocks and their bytes (N-Bytes), copied/needcopy/indirect; queue "
-         "depth per leaf vdev and class, sampled 5x a second (zpool iostat -q); vdev_cache hits and misses")
+         "depth per leaf vdev and class, sampled 5x a second (zpool iostat -q); vdev_cache hits and "
+         "misses (OpenZFS 2.0/2.1: 2.2 removed the vdev cache)")
 LACKS = ("kstat mode lacks (shown as '-'): commit latency, itx counts and types, log block sizes "
          "(B-Bytes, size classes), I/Os enqueued/merged/done and queue wait/device times, "
          "vdev_cache bytes asked and inflation; global kstats go to pool '*' when several pools are imported")
