@@ -167,16 +167,17 @@ def _expr(spec: str) -> str:
     raise ZfsobsError(f"layouts: bad spec {spec!r}")
 
 
-def _words(src: Path) -> str:
-    """Every header of the source, for the cheap check that a spec's identifiers exist at all."""
-    return "\n".join(p.read_text(errors="replace") for p in sorted((src / "include").rglob("*.h")))
+def _words(src: Path) -> set[str]:
+    """Every identifier in the source's headers, for the cheap check that a spec's exist at all."""
+    return {w for p in sorted((src / "include").rglob("*.h"))
+            for w in re.findall(r"[A-Za-z_]\w*", p.read_text(errors="replace"))}
 
 
-def _plausible(spec: str, text: str) -> bool:
+def _plausible(spec: str, words: set[str]) -> bool:
     """False when an identifier of the spec appears in no header: that alternative cannot compile
     (a make costs a minute under the kernel lab's TCG; the compiler stays the judge of the rest)."""
     idents = re.findall(r"[A-Za-z_]\w*", spec.partition(":")[2] if ":" in spec else spec)
-    return all(re.search(rf"\b{ident}\b", text) for ident in idents)
+    return all(ident in words for ident in idents)
 
 
 def _source(chosen: dict[str, str]) -> tuple[str, dict[int, str]]:
@@ -207,8 +208,8 @@ def _make(inputs: Inputs, workdir: Path, source: str) -> tuple[int, str]:
 def compile_layouts(inputs: Inputs, table: dict[str, list[str]]) -> dict[str, int]:
     """{name: value} for every name one of whose alternatives the source has (as btf.resolve_table):
     a failing alternative costs one more compile, with the next one in its place."""
-    text = _words(inputs.src)
-    todo = {name: [s for s in alts if _plausible(s, text)] for name, alts in table.items()}
+    words = _words(inputs.src)
+    todo = {name: [s for s in alts if _plausible(s, words)] for name, alts in table.items()}
     with tempfile.TemporaryDirectory(prefix="zfsobs-layouts-") as tmp:
         workdir = Path(tmp)
         while True:
