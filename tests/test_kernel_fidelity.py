@@ -62,7 +62,7 @@ def test_every_run_recorded_the_kernel_pool(image):
         # the stock build as its distro makes it: bookworm's without module BTF, every offset compiled
         # from the module's source (layouts.py); trixie's with it, the flags that are macros compiled
         target = capture.meta["target"]
-        assert target["kind"] == "kernel" and target["version"] == release, target
+        assert target["kind"] == "kernel" and target["zfs_version"] == release, target
         if image.distro == "bookworm":
             assert not target["btf"], target
             assert target["layouts"].startswith(f"compiled from /usr/src/zfs-{release} against /lib/modules/"), target
