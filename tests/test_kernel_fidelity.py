@@ -144,7 +144,7 @@ def _openzfs_zilstat(path) -> dict[str, tuple[int, int]]:
     """OpenZFS zilstat's lines (-f time,ds,...): per column the bounds [lo, hi] of its total, as
     its prettynum prints a value: as it is below its scale, else "%.1f" or "%d" with a suffix."""
     lines = path.read_text().splitlines()
-    names = lines[0].split()
+    names = [n.removesuffix("/s") for n in lines[0].split()]      # -i N: a per-second rate (N=1: as is)
     total = {n: [0, 0] for n in names[2:]}
     for line in lines[1:]:
         words = line.split()
