@@ -264,13 +264,27 @@ def test_queue_active_stays_within_max_active_and_agrees_with_zpool_iostat_q(ima
     assert compared >= 3, samples.keys()
 
 
-def test_a_separate_log_device_lowers_commit_latency(out):
-    """Seed story: with a SLOG, log blocks go to their own idle device instead of queueing behind
-    the mirror's txg writes; all of them go to it (slog counts), none without it."""
+def _sync_writes_per_leaf(out, run: str) -> dict[str, int]:
+    """sync_write I/Os done per leaf vdev of the pool (vdb, vdc: the mirror; vdd: the log device)."""
+    _, model, _ = load_capture(out / f"{run}.cap", "vq")
+    return {os.path.basename(v.path).rstrip("0123456789"): w["done"] for v, series, w in model.vq.totals()
+            if v.pool == POOL and CLASSES[series.cls] == "sync_write"}
+
+
+def test_a_separate_log_device_takes_the_log_writes_off_the_data_vdevs(out):
+    """Seed story: with a SLOG, log blocks go to their own idle device instead of queueing on the
+    mirror behind its txg writes. All of them go to it (slog counts, and the log device's sync
+    writes), the mirror's leaves keep only a txg's own few; without it, each mirror leaf writes every
+    log block. Commit latency is not asserted: under TCG it is the emulated CPU's (quiet, 2.4.4: 3.07
+    ms with vs 4.33 without; beside a CPU hog: 12.69 vs 13.51; docs/fidelity.md). The queue's last
+    half second may be missing from a capture (docs/fidelity.md), so the counts are held to 90 %."""
     slog, noslog = report(out, "slog")["zil"][POOL], report(out, "noslog")["zil"][POOL]
-    assert delta(out, "slog", "zil")["zil_itx_metaslab_slog_count"] == slog["lwbs"] > 0
-    assert delta(out, "noslog", "zil")["zil_itx_metaslab_slog_count"] == 0
-    assert slog["lat_mean_ns"] < noslog["lat_mean_ns"], (slog["lat_mean_ns"], noslog["lat_mean_ns"])
+    assert delta(out, "slog", "zil")["zil_itx_metaslab_slog_count"] == slog["lwbs"] > 100
+    assert delta(out, "noslog", "zil")["zil_itx_metaslab_slog_count"] == 0 and noslog["lwbs"] > 100
+    with_log, without = _sync_writes_per_leaf(out, "slog"), _sync_writes_per_leaf(out, "noslog")
+    assert 0.9 * slog["lwbs"] <= with_log["vdd"] <= slog["lwbs"], (with_log, slog["lwbs"])
+    assert with_log["vdb"] < 0.1 * slog["lwbs"] and with_log["vdc"] < 0.1 * slog["lwbs"], with_log
+    assert "vdd" not in without and min(without["vdb"], without["vdc"]) >= 0.9 * noslog["lwbs"], (without, noslog)
 
 
 def test_a_sysfs_change_mid_run_is_a_tunable_event_and_the_queue_follows_it(out):
