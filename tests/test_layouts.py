@@ -121,6 +121,10 @@ def test_the_module_flags_come_from_its_releases_kbuild_in(tree):
     # a debug build (configure --enable-debug defines ZFS_DEBUG) has DEBUG set, as its module had
     config.write_text("#define ZFS_DEBUG 1\n")
     assert inputs.flags()[-3:] == ["-D_KERNEL", "-DDEBUG", "-UNDEBUG"]
+    # 2.4.4's (trixie-backports' DKMS build): defined only for an in-tree build with CONFIG_ZFS_DEBUG
+    config.write_text("/* #undef ZFS_DEBUG */\n#ifdef CONFIG_ZFS_DEBUG\n#define ZFS_DEBUG 1\n#endif\n#define HAVE_X 1\n")
+    assert inputs.flags()[-3:] == ["-D_KERNEL", "-UDEBUG", "-DNDEBUG"]
+    config.write_text("#define ZFS_DEBUG 1\n")
     # a later release's form: other conditions (KASAN, clang) and the in-tree branch add nothing
     later = KBUILD_2_1.replace("ZFS_MODULE_CPPFLAGS += -D_KERNEL", textwrap.dedent("""\
         ifeq ($(CONFIG_KASAN),y)

@@ -75,7 +75,11 @@ class Inputs:
             text = (self.src / "module" / "Kbuild.in").read_text()
         except OSError:
             text = _DEFAULT_KBUILD
-        debug = re.search(r"^#define ZFS_DEBUG\b", self.config.read_text(errors="replace"), re.M)
+        # 2.4's zfs_config.h also defines ZFS_DEBUG inside `#ifdef CONFIG_ZFS_DEBUG`, for an in-tree
+        # build with that kernel option: an external (DKMS, kmod) build is debug only unconditionally
+        config = re.sub(r"^#ifdef CONFIG_\w+\n.*?^#endif", "", self.config.read_text(errors="replace"),
+                        flags=re.M | re.S)
+        debug = re.search(r"^#define ZFS_DEBUG\b", config, re.M)
         subst = {"@abs_top_srcdir@": str(self.src), "@abs_top_builddir@": str(self.src),
                  "@abs_srcdir@": str(self.src / "module"), "@abs_builddir@": str(self.src / "module"),
                  "$(zfs_include)": str(self.src / "include"),
