@@ -26,8 +26,8 @@ from pathlib import Path
 
 from zfsobs.errors import ZfsobsError
 from zfsobs.kernel_guest import (BUILDER, GUEST_LAYOUTS, POOL, PROJECT, cache_dir, ensure_image, image_dir,
-                                 parse_layout,
-                                 parse_module_options, parse_size, parse_workload, probe_accel, setup_script)
+                                 parse_layout, parse_module_options, parse_size, parse_workload, probe_accel,
+                                 setup_script)
 from zfsobs.procs import die_with_parent
 from zfsobs.signals import Terminated
 
