@@ -35,6 +35,9 @@ class VqDumps:
         self.later: dict[int, tuple] = {}       # pid -> (read at, its limits): newer than the lines
         self.last_top: dict[tuple, int] = {}    # vdev + (class, kind) -> the library's last maximum
         self.sums: dict[tuple, dict] = {}       # vdev + (class,) -> slot -> cumulative value
+        self.state: dict[tuple, int] = {}       # (set,) + vdev + (class, slot) -> its last print
+        self.start_us = 0                       # when the probe began (its hello line)
+        self.held = 0                           # state prints left for the set's next print
         self.freed: dict[tuple, int] = {}       # vdev -> when vdev_free ran
         self.dump: dict | None = None           # the dump being read
         self.dirty: set = set()                 # vdev + (class,) changed since its last line
@@ -48,7 +51,7 @@ class VqDumps:
         a vdev_t's incarnations at one address one after the other, a nanosecond apart."""
         out: list[str] = []
         with self.lock:
-            while lines := self._lines({"end": self.end + bool(out), "n": {}, "x": {}}, every=True):
+            while lines := self._lines({"end": self.end + bool(out), "n": {}, "x": {}, "s": {}}, every=True):
                 out += lines
         return out
 
@@ -62,7 +65,8 @@ class VqDumps:
         kind = parts[2] if len(parts) > 3 and parts[0] == "zfsobs" else ""
         if kind == "vq_dump":
             fields = dict(p.split("=", 1) for p in parts[4:])
-            self.dump = {"end": int(fields["end"]), "tick": int(parts[3]), "n": {}, "x": {}, "lim": {}, "lt": {}}
+            self.dump = {"end": int(fields["end"]), "tick": int(parts[3]), "n": {}, "x": {}, "s": {},
+                         "lim": {}, "lt": {}}
         elif kind == "vq_dump_end":
             dump, self.dump = self.dump, None
             if not dump:
@@ -82,6 +86,8 @@ class VqDumps:
             fields = dict(p.split("=", 1) for p in parts[4:])
             self.freed[(int(fields["pid"]), int(fields["vd"], 16), int(fields["gen"]))] = int(parts[3])
         elif line.strip():
+            if kind == "hello":
+                self.start_us = int(parts[3]) // 1000
             return [line]
         return []
 
@@ -94,6 +100,8 @@ class VqDumps:
             self.dump["n"][key] = int(value)
         elif name[:5] == "@vq_x" and name[5:].isdigit():
             self.dump["x"][key] = int(value)
+        elif name[:5] == "@vq_s" and name[5:].isdigit():
+            self.dump["s"][(int(name[5:]),) + key] = int(value)
         elif name == "@vq_lma":
             self.dump["lim"].setdefault(key, [-1, -1])[0] = int(value)
         elif name == "@vq_lmi":
@@ -125,6 +133,7 @@ class VqDumps:
             sums = self.sums.setdefault(key, {})
             sums[slot] = sums.get(slot, 0) + value
             self.dirty.add(key)
+        self._state(dump, end)
         for (pid, vd, gc, k), value in dump["x"].items():
             key = (pid, vd, gc >> 4, gc & 15)
             top = self.tops.setdefault(key, [None, None])
@@ -175,10 +184,35 @@ class VqDumps:
                 "final": int(last), "vdev_max": ident.get("vdev_max", -1), "path": ident.get("path", "?")}))
             if last:
                 self.sums = {k: v for k, v in self.sums.items() if k[:3] != vdev}
+                self.state = {k: v for k, v in self.state.items() if k[1:4] != vdev}
                 self.last_top = {k: v for k, v in self.last_top.items() if k[:3] != vdev}
                 for table in (self.freed, self.ident, self.emitted):
                     table.pop(vdev, None)
         return out
+
+    def _state(self, dump: dict, end: int) -> None:
+        """The depth state: what the printed set gained since its last print (state sets are never
+        cleared). bpftrace reads a map key by key, so a set printed late, while probes write it
+        again, can hold an I/O's depth change without its time: a state no real queue can be in
+        (a depth below 0, or time in the queue below 0 or before tracing began). Such a print is
+        left for the set's next one, which holds the rest."""
+        changes: dict[tuple, dict] = {}
+        for (sid, pid, vd, gc, slot), value in dump["s"].items():
+            last = self.state.get((sid, pid, vd, gc >> 4, gc & 15, slot), 0)
+            if value != last:
+                changes.setdefault((pid, vd, gc >> 4, gc & 15), {})[slot] = (sid, value, value - last)
+        end_us = end // 1000
+        for key, slots in changes.items():
+            sums = self.sums.setdefault(key, {})
+            new = {s: sums.get(s, 0) + (slots[s][2] if s in slots else 0) for s in (PEND, ACT, PEND_US, ACT_US)}
+            if not all(0 <= new[d] and 0 <= new[d] * end_us - new[us] <= new[d] * (end_us - self.start_us)
+                       for d, us in ((PEND, PEND_US), (ACT, ACT_US))):
+                self.held += 1
+                continue
+            sums.update(new)
+            for slot, (sid, value, _) in slots.items():
+                self.state[(sid,) + key + (slot,)] = value
+            self.dirty.add(key)
 
     def _top(self, key: tuple, top, now: int) -> int:
         """A line's maximum depth: the library's own count (-1: no offsets for it). With no reading
@@ -193,6 +227,8 @@ class VqDumps:
 
     def _vq(self, end: int, key: tuple, sums: dict, tops, last: bool) -> list[str]:
         pid, vd, gen, cls = key
+        if last:    # ZFS frees only an idle vdev; the probe drops its state then, unprinted writes too
+            sums.update({PEND: 0, ACT: 0, PEND_US: 0, ACT_US: 0})
         get = sums.get
         pend, act = get(PEND, 0), get(ACT, 0)
         end_us = end // 1000
