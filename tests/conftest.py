@@ -85,7 +85,7 @@ def kernel_lab_ready(flavour: str = "stock", distro: str = "bookworm") -> str:
         return "ZFSOBS_KERNEL_LAB=0"
     if os.geteuid() != 0:
         return "needs root"
-    from zfsobs.kernel_guest import builder_command, image_dir
+    from zfsobs.labs.guest import builder_command, image_dir
     img = image_dir(flavour=flavour, distro=distro)
     if not (img / "complete").is_file():
         return f"no kernel lab image at {img} ({' '.join(builder_command(flavour, distro))} builds it)"
@@ -102,9 +102,9 @@ def pytest_collection_modifyitems(config, items):
 def truth_running(tmp, script: str, library: str, stop_timeout: float = 120):
     """An independent ground-truth bpftrace (the test's own script, LIB = the library) writing
     tmp/truth.out, attached before the body runs and stopped (its END output written) after it.
-    It is stopped the way zfsobs stops its own (zfsobs/stop_marker.py): bpftrace 0.17 can lose a
+    It is stopped the way zfsobs stops its own (zfsobs/sources/stop_marker.py): bpftrace 0.17 can lose a
     SIGINT for good (CI once saw one sit 300 s in epoll_wait after it)."""
-    from zfsobs.stop_marker import StopMarker
+    from zfsobs.sources.stop_marker import StopMarker
     marker = StopMarker()
     path = tmp / "truth.bt"
     path.write_text(script.replace("LIB", library) + marker.probe())

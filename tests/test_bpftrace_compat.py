@@ -8,9 +8,10 @@ import time
 
 import pytest
 
-from zfsobs import doctor, source
+from zfsobs.doctor import report as doctor
+from zfsobs.sources import bpftrace as source
 from zfsobs.events import Parser
-from zfsobs.targets import find_libraries, libzpool
+from zfsobs.targets.target import find_libraries, libzpool
 
 
 def test_the_environment_covers_every_release():

@@ -1,4 +1,4 @@
-"""zfsobs/btf.py against the running kernel's own BTF (/sys/kernel/btf/vmlinux), with bpftool's
+"""zfsobs/targets/btf.py against the running kernel's own BTF (/sys/kernel/btf/vmlinux), with bpftool's
 dump of the same file as the independent reading: every member offset of hundreds of structs,
 members inside anonymous unions, array strides and enumerator values. (Module BTF, e.g. zfs's, is
 split BTF continuing vmlinux's ids and strings; it is read the same way in the kernel lab.)"""
@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from zfsobs.btf import ARRAY, Btf, resolve_table
+from zfsobs.targets.btf import ARRAY, Btf, resolve_table
 from zfsobs.errors import ZfsobsError
 
 VMLINUX = "/sys/kernel/btf/vmlinux"
@@ -171,14 +171,14 @@ BTF_IMAGES = {
 def test_the_zfs_modules_own_btf_gives_every_probe_offset(tmp_path, distro, flavour):
     """The kernel target's layout, read from a real zfs.ko (a kernel lab image: only where it was
     built, scripts/kernel-lab-image), against bpftool's reading of the same module."""
-    from zfsobs import probes
-    from zfsobs.kernel_guest import builder_command, image_dir
+    from zfsobs.targets import offsets, probe_files
+    from zfsobs.labs.guest import builder_command, image_dir
     image = image_dir(flavour=flavour, distro=distro)
     if not (image / "complete").exists():
         pytest.skip(f"no kernel lab image at {image} ({' '.join(builder_command(flavour, distro))} builds it)")
     vmlinux, module = _sections(tmp_path, image)
-    got = probes._module_btf.__wrapped__(module, vmlinux)
-    table = json.loads((probes.probes_dir() / "offsets.json").read_text())
+    got = offsets._module_btf.__wrapped__(module, vmlinux)
+    table = json.loads((probe_files.probes_dir() / "offsets.json").read_text())
     names = {f for build in table["libzpool"].values() for f in build.get("fields", {})}
     assert names <= set(got), sorted(names - set(got))
     assert {k: got[k] for k in table["btf"]["constants"] if k in got} == BTF_IMAGES[distro, flavour]

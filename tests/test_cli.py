@@ -102,7 +102,8 @@ def test_zfs_version_choice(tmp_path):
 
 
 def test_zfs_23_not_installed(monkeypatch, capsys):
-    from zfsobs import cli, lab
+    from zfsobs import cli
+    from zfsobs.labs import userland as lab
     gone = "/nonexistent/openzfs-2.3"
     monkeypatch.setitem(lab.BUILDS, "2.3", lab.Build(f"{gone}/sbin/ztest", f"{gone}/lib", f"{gone}/sbin/zdb"))
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}

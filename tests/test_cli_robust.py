@@ -268,7 +268,7 @@ class FakeSource:
 def fake_session(monkeypatch):
     """zfsobs.session with a fake source and watcher: a session without root or bpftrace."""
     from zfsobs import session
-    from zfsobs.targets import Target
+    from zfsobs.targets.target import Target
     lines = read_capture(recorded_capture()).lines
     target = Target("libzpool", "/fake", "2.1.11")
     source = FakeSource(target, lines, good=min(len(lines) // 2, 4000))

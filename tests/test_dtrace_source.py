@@ -7,12 +7,12 @@ import platform
 
 import pytest
 
-from zfsobs import doctor, doctor_dtrace
-from zfsobs.dtrace_source import DtraceSource, command_line, make_source, present, required_probes, d_script
+from zfsobs.doctor import report as doctor, dtrace as doctor_dtrace
+from zfsobs.sources.dtrace import DtraceSource, command_line, make_source, present, required_probes, d_script
 from zfsobs.errors import ZfsobsError
-from zfsobs.platforms import uses_dtrace
-from zfsobs.source import BpftraceSource
-from zfsobs.targets import kernel
+from zfsobs.targets.platforms import uses_dtrace
+from zfsobs.sources.bpftrace import BpftraceSource
+from zfsobs.targets.target import kernel
 
 
 @pytest.mark.parametrize("system, dtrace", [("SunOS", True), ("illumos", True), ("FreeBSD", True),
@@ -39,7 +39,7 @@ def illumos(monkeypatch, tmp_path):
     """platform.system() says SunOS, and PATH has no dtrace (none can exist on this machine)."""
     monkeypatch.setattr(platform, "system", lambda: "SunOS")
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr("zfsobs.dtrace_source.os.path.exists", lambda p: False)
+    monkeypatch.setattr("zfsobs.sources.dtrace.os.path.exists", lambda p: False)
 
 
 def test_kernel_target_on_illumos_is_pid_0(illumos):

@@ -17,7 +17,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import dlint  # noqa: E402
 
-from zfsobs import end_maps, probes, vq_dumps  # noqa: E402
+from zfsobs.sources import end_maps, vq_dumps  # noqa: E402
+from zfsobs.targets import render as probes  # noqa: E402
 from zfsobs.events import REQUIRED, WORD_FIELDS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,8 +43,8 @@ def test_same_kinds_and_fields_as_the_bt_twin(name):
 
 def stream_events(name: str) -> dict:
     """The kinds and fields the Linux probe's stream carries: the vdev queue's after
-    zfsobs/vq_dumps.py has made its dumps into lines (DTrace sums over CPUs itself), without the
-    markers around the maps END prints for zfsobs/end_maps.py (lines of kinds the stream has anyway)."""
+    zfsobs/sources/vq_dumps.py has made its dumps into lines (DTrace sums over CPUs itself), without the
+    markers around the maps END prints for zfsobs/sources/end_maps.py (lines of kinds the stream has anyway)."""
     events = {k: v for k, v in dlint.events(probes.source(name)).items() if k not in end_maps.OWN}
     if name == "vdev_queue":
         events = {k: v for k, v in events.items() if k not in vq_dumps.OWN}

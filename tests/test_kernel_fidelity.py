@@ -19,7 +19,7 @@ import pytest
 
 from conftest import load_capture
 from kernel_images import IMAGES, SEED_IMAGE, Image, fidelity_run
-from zfsobs import kstats
+from zfsobs.sources import kstats
 from zfsobs.model.vdev_queue import CLASSES
 
 pytestmark = [pytest.mark.kernel]

@@ -12,8 +12,8 @@ import re
 import pytest
 
 from conftest import guest_run, kernel_lab_ready, load_capture
-from zfsobs import kstats
-from zfsobs.kstat_queue import SAMPLE_S
+from zfsobs.sources import kstats
+from zfsobs.sources.kstat_queue import SAMPLE_S
 from zfsobs.model.vdev_queue import CLASSES
 
 pytestmark = [pytest.mark.kernel, pytest.mark.skipif(bool(kernel_lab_ready()), reason=kernel_lab_ready() or "ready")]

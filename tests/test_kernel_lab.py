@@ -11,7 +11,7 @@ import pytest
 
 from conftest import kernel_lab_ready, load_capture
 from test_cli import one_line_error, run
-from zfsobs import kernel_guest, kernel_lab
+from zfsobs.labs import guest as kernel_guest, kernel as kernel_lab
 from zfsobs.errors import ZfsobsError
 
 
@@ -155,7 +155,7 @@ def test_share_must_be_a_directory(tmp_path):
 @pytest.mark.skipif(bool(kernel_lab_ready()), reason=kernel_lab_ready() or "ready")
 def test_guest_runs_a_command_on_the_pool():
     """The default image is a stock DKMS build: the module has no BTF, its source and zfs_config.h
-    are where DKMS leaves them (what zfsobs/layouts.py compiles from)."""
+    are where DKMS leaves them (what zfsobs/targets/layouts.py compiles from)."""
     cmd = [sys.executable, "-m", "zfsobs", "lab", "--kernel", "--workload", "none", "--", "sh", "-c",
            "zpool list -H -o name; ls /sys/kernel/btf/zfs 2>/dev/null || echo no-module-btf; "
            "ls /var/lib/dkms/zfs/*/$(uname -r)/*/zfs_config.h /usr/src/zfs-*/module/Kbuild.in; "

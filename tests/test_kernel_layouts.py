@@ -1,4 +1,4 @@
-"""Compiled struct layouts (zfsobs/layouts.py) against the module's own BTF, for the same build: in a
+"""Compiled struct layouts (zfsobs/targets/layouts.py) against the module's own BTF, for the same build: in a
 kernel lab guest whose zfs.ko has module BTF, scripts/kernel-layouts compiles every probe name and
 every member offset of the structs they read, and looks each up in /sys/kernel/btf/zfs. bookworm's
 --btf image (zfs-dkms 2.1.11 built with module BTF; its source, zfs_config.h and kernel headers are

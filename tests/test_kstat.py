@@ -11,10 +11,10 @@ import sys
 from rich.console import Console
 
 from conftest import DATA
-from zfsobs import kstats
+from zfsobs.sources import kstats
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser, parse_all
-from zfsobs.kstat_queue import QueueSampler
+from zfsobs.sources.kstat_queue import QueueSampler
 from zfsobs.model import Model
 from zfsobs.views import report
 from zfsobs.views.screen import render_screen

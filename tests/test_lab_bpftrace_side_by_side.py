@@ -22,7 +22,7 @@ from conftest import lab_ready, load_capture
 from test_lab_bpftrace_versions import VERSIONS, bpftrace_for, private_library
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser
-from zfsobs.lab import ZTEST, Build, Lab
+from zfsobs.labs.userland import ZTEST, Build, Lab
 from zfsobs.model.vdev_cache import COUNTERS as VC_COUNTERS
 
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(bool(lab_ready()), reason=lab_ready() or "ok")]

@@ -16,12 +16,12 @@ from collections import Counter, defaultdict
 import pytest
 
 from conftest import lab_ready, truth_running
-from zfsobs import source, stop_marker
+from zfsobs.sources import bpftrace as source, stop_marker
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser, parse_all
-from zfsobs.lab import ZTEST
-from zfsobs.source import DEFAULT_PROBES
-from zfsobs.targets import linked_library
+from zfsobs.labs.userland import ZTEST
+from zfsobs.sources.bpftrace import DEFAULT_PROBES
+from zfsobs.targets.target import linked_library
 
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(bool(lab_ready()), reason=lab_ready() or "ok")]
 
@@ -31,7 +31,7 @@ VERSIONS = {"bookworm": ("0.17", None), "trixie": ("0.23", "trixie"), "sid": ("0
 LAB_TIME = 10
 MIN_SYNCS = 20
 # zfsobs with the 2.1 lab on the library copy in LIBDIR (lab.BUILDS names what the lab runs)
-LAUNCH = ("import os, sys, zfsobs.lab as lab; from zfsobs.cli import main; "
+LAUNCH = ("import os, sys, zfsobs.labs.userland as lab; from zfsobs.cli import main; "
           "lab.BUILDS['2.1'] = lab.Build(lab.ZTEST, os.environ['LIBDIR']); sys.exit(main())")
 # Ground truth, independent of the probes: every spa_sync entry/return, and the TX_COMMIT itxs
 # (zil_itx_create(0, ...)): one per commit (tests/test_lab_zil.py holds the two equal).

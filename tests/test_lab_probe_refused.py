@@ -12,8 +12,8 @@ import pytest
 
 from conftest import lab_ready
 from zfsobs.errors import ZfsobsError
-from zfsobs.source import BpftraceSource
-from zfsobs.targets import libzpool
+from zfsobs.sources.bpftrace import BpftraceSource
+from zfsobs.targets.target import libzpool
 
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(bool(lab_ready()), reason=lab_ready() or "ok")]
 

@@ -14,7 +14,7 @@ import pytest
 from conftest import lab_ready, truth_running, txg_rows_in
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser
-from zfsobs.targets import libzpool
+from zfsobs.targets.target import libzpool
 
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(bool(lab_ready()), reason=lab_ready() or "ok")]
 

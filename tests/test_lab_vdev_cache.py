@@ -19,7 +19,7 @@ import pytest
 
 from conftest import lab_ready, load_capture, truth_running
 from zfsobs.model.vdev_cache import derive
-from zfsobs.targets import libzpool
+from zfsobs.targets.target import libzpool
 
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(bool(lab_ready()), reason=lab_ready() or "ok")]
 

@@ -18,11 +18,11 @@ import pytest
 
 from conftest import lab_ready, truth_running
 from test_vq_dumps import FREE, totals
-from zfsobs import vq_dumps
+from zfsobs.sources import vq_dumps
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser, parse_all
-from zfsobs.probes import render
-from zfsobs.targets import libzpool
+from zfsobs.targets.render import render
+from zfsobs.targets.target import libzpool
 
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(bool(lab_ready()), reason=lab_ready() or "ok")]
 
@@ -159,7 +159,7 @@ def test_async_write_active_reaches_and_never_passes_the_limit(runs):
 
 
 def test_the_dumps_become_lines_of_the_documented_shape(runs):
-    """bpftrace prints the probe's maps; zfsobs/vq_dumps.py makes them the vq, vq_lat and vq_vdev
+    """bpftrace prints the probe's maps; zfsobs/sources/vq_dumps.py makes them the vq, vq_lat and vq_vdev
     lines of docs/events.md, every field present, and nothing of the dumps leaks into the stream.
     One vq_vdev line per (pid, vd) and time: a vdev_t's incarnations at one address never share one."""
     for events in runs["runs"]:
@@ -245,7 +245,7 @@ def test_max_active_and_completions_equal_the_librarys_own_counters(runs):
 
 
 def test_a_lost_vq_free_line_costs_no_counts(runs):
-    """The probe's real output (run 2) through zfsobs/vq_dumps.py as it came, and again without its
+    """The probe's real output (run 2) through zfsobs/sources/vq_dumps.py as it came, and again without its
     vq_free lines: no completion is lost. Whether ztest frees and reallocates vdev_t addresses in a
     run is chance (it exports and re-imports its pool at a pass's end one time in two), so the
     inference a reused address makes is held by tests/test_vq_dumps.py on a recorded run that did."""

@@ -12,11 +12,11 @@ from collections import Counter, defaultdict
 import pytest
 
 from conftest import lab_ready, truth_running
-from zfsobs import probes
+from zfsobs.targets import render as probes
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser
-from zfsobs.lab import BUILDS
-from zfsobs.source import DEFAULT_PROBES
+from zfsobs.labs.userland import BUILDS
+from zfsobs.sources.bpftrace import DEFAULT_PROBES
 
 ZFS23 = BUILDS["2.3"]
 
@@ -160,7 +160,7 @@ def test_a_lab_tunable_reaches_the_23_library(run):
 
 
 def test_vdev_cache_is_absent_and_every_view_says_so(run, capsys):
-    from zfsobs import doctor
+    from zfsobs.doctor import report as doctor
     from zfsobs.model import Model
     from zfsobs.views import report
     why = run["meta"]["unavailable"].get("vdev_cache", "")
@@ -169,6 +169,6 @@ def test_vdev_cache_is_absent_and_every_view_says_so(run, capsys):
     assert model.vc.state(why) == ("absent", why)
     assert report.as_dict(run["capture"])["summary"]["vdev_cache"]["state"] == "absent"
     assert "vdev_cache: absent: " in report.render(run["capture"], "text")
-    from zfsobs.targets import libzpool
+    from zfsobs.targets.target import libzpool
     rows = [r for r in doctor.checks()[0] if r[1] == "metric vdev_cache on libzpool 2.3.2"]
     assert rows and rows[0][0] == doctor.WARN and "absent:" in rows[0][2], rows

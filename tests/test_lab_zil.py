@@ -15,7 +15,7 @@ import pytest
 
 from conftest import lab_ready, truth_running
 from zfsobs.model.zil import LAT_BUCKETS, lat_bounds, lat_bucket, size_bin
-from zfsobs.targets import libzpool
+from zfsobs.targets.target import libzpool
 
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(bool(lab_ready()), reason=lab_ready() or "ok")]
 

@@ -1,4 +1,4 @@
-"""zfsobs/layouts.py without a kernel: the module's flags read from its release's Kbuild.in, the C it
+"""zfsobs/targets/layouts.py without a kernel: the module's flags read from its release's Kbuild.in, the C it
 writes, how it picks among a name's alternatives and reads values back, its cache, and the one-line
 errors naming what is missing. A stand-in `make` plays the compiler here (it fails a DEFINE() line
 that names an identifier it is told the source lacks, as gcc does); the real compile against
@@ -14,9 +14,10 @@ import textwrap
 
 import pytest
 
-from zfsobs import layouts, probes
+from zfsobs.targets import layouts, probe_files
+from zfsobs.targets.offsets import offsets_for, offsets_origin
 from zfsobs.errors import ZfsobsError
-from zfsobs.targets import Target
+from zfsobs.targets.target import Target
 
 # OpenZFS 2.1.11's module/Kbuild.in, the part that sets flags (the rest lists objects)
 KBUILD_2_1 = """\
@@ -153,7 +154,7 @@ def test_specs_become_constant_expressions():
 
 
 def test_the_real_table_is_one_define_per_name():
-    table = layouts.specs(probes.offsets_table())
+    table = layouts.specs(probe_files.offsets_table())
     assert {"zio.io_vd", "vdev_queue.class_active", "ZIO_FLAG_DONT_QUEUE", "VQ_QUEUED_STRIDE"} <= set(table)
     source, by_line = layouts._source({name: alts[0] for name, alts in table.items()})
     lines = source.splitlines()
@@ -230,19 +231,19 @@ def test_a_kmod_devel_config_is_found_too(tree):
 def test_a_kernel_target_says_where_its_layout_came_from(tree, monkeypatch):
     """The order: module BTF, else compiled (and the probes get the values), else one line why."""
     monkeypatch.setenv("FAKE_VALUES", json.dumps({"offsetof(struct zilog, zl_spa)": 56}))
-    words = re.findall(r"\w+", json.dumps(layouts.specs(probes.offsets_table())))
+    words = re.findall(r"\w+", json.dumps(layouts.specs(probe_files.offsets_table())))
     (tree / "src/zfs-2.1.11/include/sys/zil_impl.h").write_text(" ".join(words))
     t = Target("kernel", "", "2.1.11")
-    offsets = probes.offsets_for(t)
+    offsets = offsets_for(t)
     assert offsets["zilog.zl_spa"] == 56 and t.describe()["layouts"].startswith(
         f"compiled from {tree / 'src' / 'zfs-2.1.11'} against {tree / 'build'}")
     assert re.match(r"compiled from \S+ against \S+ with \S+zfs_config.h \(compiled in \d+ s; \S+\): \d+ fields",
-                    probes.offsets_origin(t)), probes.offsets_origin(t)
+                    offsets_origin(t)), offsets_origin(t)
     monkeypatch.setattr(layouts, "_MODULES", {})
     (tree / "build" / "Makefile").unlink()
     t = Target("kernel", "", "2.1.11")
-    assert probes.offsets_for(t) == {}
-    assert probes.offsets_origin(t) == (
+    assert offsets_for(t) == {}
+    assert offsets_origin(t) == (
         f"unknown for kernel 2.1.11: no module BTF, and cannot compile them: no kernel build tree "
         f"{tree / 'build'} (Debian: apt-get install linux-headers-{os.uname().release}); probes that "
         "read struct fields are off")

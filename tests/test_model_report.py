@@ -7,7 +7,7 @@ from zfsobs.capture import read_capture
 from zfsobs.events import Parser
 from zfsobs.model import Model
 from zfsobs.model.txg import TxgModel
-from zfsobs.stats import percentile, summary
+from zfsobs.model.stats import percentile, summary
 from zfsobs.views import report
 
 

@@ -1,4 +1,4 @@
-"""`zfsobs doctor` says which probes load with the bpftrace in use (zfsobs/probe_load.py): real
+"""`zfsobs doctor` says which probes load with the bpftrace in use (zfsobs/doctor/probe_load.py): real
 bpftrace, no mocks. The host's 0.17 (no --dry-run: a run that exits at once) in seconds; Debian 13's
 0.23 and sid's 0.27 (--dry-run) in the lab tier, through scripts/bpftrace-chroot. Every load is on
 a private copy of the library: no process's probes fire."""
@@ -14,10 +14,11 @@ import shutil
 import pytest
 
 from conftest import lab_ready
-from zfsobs import doctor, probe_load, probes
-from zfsobs.probes import available, max_cpus, render, source
-from zfsobs.source import bpftrace_version
-from zfsobs.targets import find_libraries, libzpool
+from zfsobs.doctor import report as doctor, probe_load
+from zfsobs.targets import render as probes
+from zfsobs.targets.render import available, max_cpus, render, source
+from zfsobs.sources.bpftrace import bpftrace_version
+from zfsobs.targets.target import find_libraries, libzpool
 
 REFUSED = "\nBEGIN { $x = 1; $x = \"a string\"; }\n"     # a type change: every release rejects it
 needs_root = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("bpftrace") or not find_libraries(),

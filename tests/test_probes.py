@@ -8,9 +8,9 @@ import pytest
 
 from conftest import lab_ready
 from zfsobs.errors import ZfsobsError
-from zfsobs import probes
-from zfsobs.probes import available, max_cpus, render, required_functions, source
-from zfsobs.targets import Target, find_libraries, libzpool
+from zfsobs.targets import render as probes
+from zfsobs.targets.render import available, max_cpus, render, required_functions, source
+from zfsobs.targets.target import Target, find_libraries, libzpool
 
 TXG_FUNCS = {"spa_sync", "spa_txg_history_add", "spa_txg_history_set", "spa_txg_history_init_io",
              "spa_txg_history_fini_io"}
@@ -109,7 +109,7 @@ def test_zil_without_the_struct_layout_is_unavailable_not_fatal():
         render("zil", kernel_target(ZIL_FUNCS))
     if not shutil.which("bpftrace") or os.geteuid() != 0:
         pytest.skip("the source checks for root and bpftrace")
-    from zfsobs.source import BpftraceSource
+    from zfsobs.sources.bpftrace import BpftraceSource
     src = BpftraceSource(kernel_target(TXG_FUNCS | ZIL_FUNCS), ("txg", "zil"))
     assert [r.name for r in src.rendered] == ["txg"] and "zil" in src.meta["unavailable"]
 
@@ -160,7 +160,7 @@ def test_a_probe_is_refused_on_more_cpus_than_its_verifier_limit(monkeypatch):
         with pytest.raises(ZfsobsError, match=rf"{limit + 1} possible CPUs.*at most {limit}"):
             render(name, target)
     # the backbone has no per-CPU counter; the vdev queue's are bpftrace's own per-CPU maps, added up
-    # by bpftrace as it prints them (zfsobs/vq_dumps.py): neither loops over CPUs, so both run anywhere
+    # by bpftrace as it prints them (zfsobs/sources/vq_dumps.py): neither loops over CPUs, so both run anywhere
     for name in ("txg", "vdev_queue"):
         assert name not in dict(limited()) and "NCPU" not in source(name)
 

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from zfsobs.selfcost import SelfCost, bpf_runs, cpu_seconds
+from zfsobs.sources.selfcost import SelfCost, bpf_runs, cpu_seconds
 
 BUSY = "import time\nend = time.time() + 0.6\nwhile time.time() < end: pass\n"
 
@@ -24,7 +24,7 @@ def test_a_busy_tracer_s_cpu_is_counted_from_the_start_and_kept_after_it_exits()
 
 
 def test_the_header_line_names_zfsobs_and_the_tracers(monkeypatch):
-    monkeypatch.setattr("zfsobs.selfcost.EVERY_S", 0.0)     # a new line at every call
+    monkeypatch.setattr("zfsobs.sources.selfcost.EVERY_S", 0.0)     # a new line at every call
     proc = subprocess.Popen([sys.executable, "-c", BUSY])
     cost = SelfCost({"busy": proc.pid})
     time.sleep(0.2)

@@ -1,4 +1,4 @@
-"""zfsobs/vq_dumps.py on the vdev queue probe's own output, recorded from a real run (bpftrace on
+"""zfsobs/sources/vq_dumps.py on the vdev queue probe's own output, recorded from a real run (bpftrace on
 libzpool 2.1.11 beside the lab's ztest, in a pass that exported and re-imported its pool, so vdev_t
 addresses were freed and allocated again in one process). Re-record: ./scripts/record-fixtures."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections import defaultdict
 import pytest
 
 from conftest import DATA
-from zfsobs import vq_dumps
+from zfsobs.sources import vq_dumps
 from zfsobs.events import Parser
 
 FREE = "zfsobs 1 vq_free "

@@ -9,10 +9,10 @@ import pytest
 
 from zfsobs.errors import ZfsobsError
 from zfsobs.events import Parser
-from zfsobs.lab_knob import GVARS_COUNT, GVARS_LEN, GVARS_TAIL, OptionsFile, parse_assignment
-from zfsobs.targets import libzpool
-from zfsobs.tunables import BY_NAME, TABLE, platform_name
-from zfsobs.watcher import POLL_NS, SysfsReader, Watcher
+from zfsobs.labs.knob import GVARS_COUNT, GVARS_LEN, GVARS_TAIL, OptionsFile, parse_assignment
+from zfsobs.targets.target import libzpool
+from zfsobs.targets.tunables import BY_NAME, TABLE, platform_name
+from zfsobs.sources.watcher import POLL_NS, SysfsReader, Watcher
 
 
 class Clock:

@@ -54,7 +54,7 @@ def _flush_stdout() -> None:
 
 def _dispatch(args) -> int:
     cmd = args.cmd
-    if getattr(args, "bpftrace", None):     # one place says which bpftrace runs: source.bpftrace_path
+    if getattr(args, "bpftrace", None):     # one place says which bpftrace runs: sources.bpftrace.bpftrace_path
         os.environ["ZFSOBS_BPFTRACE"] = args.bpftrace
     if cmd == "record":
         # with both a command and --duration, whichever ends first stops the recording
@@ -91,8 +91,8 @@ def _dispatch(args) -> int:
     if cmd == "probes":
         return _probes(args)
     if cmd == "doctor":
-        from zfsobs import doctor
-        return doctor.run(sys.stdout, load=not args.quick)
+        from zfsobs.doctor import report
+        return report.run(sys.stdout, load=not args.quick)
     raise ZfsobsError(f"unknown command {cmd}")
 
 
@@ -214,7 +214,7 @@ def _replay(capture, args) -> int:
 
 
 def _kernel_lab(args) -> int:
-    from zfsobs.kernel_lab import DEFAULT_TIMEOUT, KernelLab
+    from zfsobs.labs.kernel import DEFAULT_TIMEOUT, KernelLab
     from zfsobs.signals import raise_on_termination
     given = [f for f, v in (("--duration", args.duration), ("--zfs", args.zfs)) if v]
     if given:
@@ -236,7 +236,7 @@ def _kernel_lab(args) -> int:
 
 def _kernel_images() -> int:
     """lab --kernel --list: each image of this recipe, built or not, and what it holds."""
-    from zfsobs.kernel_guest import builder_command, images
+    from zfsobs.labs.guest import builder_command, images
     for row in images():
         pk = row["packages"]
         held = (f"kernel {pk.get('kernel', '?')}, zfs-dkms {pk.get('zfs-dkms', '?')}, "
@@ -254,7 +254,7 @@ def _lab(args) -> int:
                             ("--list", args.list), ("-- CMD", args.command)) if v]
     if given:
         raise ZfsobsError(f"lab: {', '.join(given)}: only with --kernel")
-    from zfsobs.lab import Lab
+    from zfsobs.labs.userland import Lab
     from zfsobs.preflight import check_lab_options
     from zfsobs.signals import raise_on_termination
     raise_on_termination()
@@ -280,7 +280,7 @@ def _lab(args) -> int:
 
 def _lab_set(words: list[str]) -> int:
     """lab set NAME=VALUE ... [--pid PID]: the words after `set` (argparse's REMAINDER)."""
-    from zfsobs.lab_knob import lab_set
+    from zfsobs.labs.knob import lab_set
     pid = None
     if "--pid" in words:
         i = words.index("--pid")
@@ -298,23 +298,23 @@ def _lab_set(words: list[str]) -> int:
 
 
 def _probes(args) -> int:
-    from zfsobs import probes
-    from zfsobs.platforms import uses_dtrace
+    from zfsobs.targets import render
+    from zfsobs.targets.platforms import uses_dtrace
     where = "illumos" if uses_dtrace() else "linux"     # illumos and FreeBSD run the D scripts
     if args.action == "list":
         if args.name:
             raise ZfsobsError(f"probes list takes no name ({args.name!r}); probes show NAME prints one")
-        for name in probes.available(where):
+        for name in render.available(where):
             print(name)
         return 0
     if not args.name:
-        raise ZfsobsError("probes show NAME: which probe? (" + ", ".join(probes.available(where)) + ")")
+        raise ZfsobsError("probes show NAME: which probe? (" + ", ".join(render.available(where)) + ")")
     if where == "illumos":
-        from zfsobs.dtrace_source import d_script
+        from zfsobs.sources.dtrace import d_script
         sys.stdout.write(d_script(args.name))
         return 0
-    from zfsobs.targets import resolve
-    rendered = probes.render(args.name, resolve(args.target))
+    from zfsobs.targets.target import resolve
+    rendered = render.render(args.name, resolve(args.target))
     sys.stdout.write(rendered.text)
     for note in sorted(set(rendered.dropped)):
         print(f"zfsobs: note: {note}", file=sys.stderr)

@@ -15,7 +15,7 @@ class Pipeline:
                  listeners: list[Callable[[Event], None]] | None = None, pools: tuple[str, ...] = (),
                  pool_prefixes: tuple[str, ...] = (), watcher=None):
         self.source = source
-        self.watcher = watcher         # tunables (zfsobs/watcher.py): a second, polled source
+        self.watcher = watcher         # tunables (zfsobs/sources/watcher.py): a second, polled source
         self.model = model
         self.status = status
         self.capture = capture

@@ -50,6 +50,6 @@ def check_command(name: str) -> None:
 def check_lab_options(lab) -> None:
     """Each -o NAME=VALUE names a tunable the lab's libzpool exports (ztest would exit at start
     with "failed to set global var", after the probes attached)."""
-    from zfsobs.lab_knob import parse_assignment
+    from zfsobs.labs.knob import parse_assignment
     for option in lab.options:
         parse_assignment(option, lab.target)

@@ -10,17 +10,17 @@ from typing import Callable
 
 from zfsobs.capture import CaptureWriter
 from zfsobs.errors import ZfsobsError, describe
-from zfsobs.lab import Lab
+from zfsobs.labs.userland import Lab
 from zfsobs.model import Model
 from zfsobs.pipeline import Pipeline
 from zfsobs.preflight import check_command, check_lab_options, check_output_dir, check_output_name
-from zfsobs.selfcost import SelfCost
+from zfsobs.sources.selfcost import SelfCost
 from zfsobs.signals import Terminated, raise_on_termination, restore_defaults, whole
-from zfsobs.dtrace_source import make_source
-from zfsobs.source import DEFAULT_PROBES
-from zfsobs.targets import resolve
+from zfsobs.sources.dtrace import make_source
+from zfsobs.sources.bpftrace import DEFAULT_PROBES
+from zfsobs.targets.target import resolve
 from zfsobs.views.status import Status
-from zfsobs.watcher import watcher_for
+from zfsobs.sources.watcher import watcher_for
 
 
 BATCH_S = 0.05     # the shortest loop: a step takes every line that arrived meanwhile

@@ -7,7 +7,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 
 from zfsobs.model.tuning import Change
-from zfsobs.stats import percentile
+from zfsobs.model.stats import percentile
 
 # After a change, what the statistics skip: I/Os issued under the old setting are still in flight,
 # and a vdev queue line's act_max covers the 0.5 s before it. Before a change they skip (since, ts],

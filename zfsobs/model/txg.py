@@ -5,7 +5,7 @@ from collections import deque
 from dataclasses import asdict, dataclass
 
 from zfsobs.events import Event
-from zfsobs.stats import summary
+from zfsobs.model.stats import summary
 
 WINDOW_NS = 60 * 10**9     # statistics cover the last minute of syncs
 KEEP = 5000                # rows kept per pool in live/replay (report keeps all)

@@ -17,5 +17,5 @@ class Status:
     end_ns: int | None = None        # replay end (event time)
     speed: float = 1.0
     message: str = ""                # e.g. why the source ended
-    cost: str = ""                   # live: what tracing costs (zfsobs/selfcost.py)
+    cost: str = ""                   # live: what tracing costs (zfsobs/sources/selfcost.py)
     warnings: list[str] = field(default_factory=list)

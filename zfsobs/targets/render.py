@@ -20,34 +20,22 @@ that this build lacks.
 """
 from __future__ import annotations
 
-import functools
 import hashlib
-import json
 import os
 import re
 from dataclasses import dataclass, field
-from importlib import resources
-from pathlib import Path
 
-from zfsobs.btf import Btf, resolve_table
 from zfsobs.errors import FeatureAbsent, ZfsobsError
-from zfsobs.targets import Target
+from zfsobs.targets.offsets import offsets_for
+from zfsobs.targets.probe_files import probes_dir
+from zfsobs.targets.target import Target
 
 _PROBE_RE = re.compile(r"\b(ENTRY|RETURN)\((\w+)\)")
 _OFF_RE = re.compile(r"\b(?:OFF|CONST)\(([\w.]+)\)")
 _GLOBAL_RE = re.compile(r"\bGLOBAL\((\w+)\)")
 _FALLBACK = "// without offsets:"
 _INCLUDE_RE = re.compile(r"^// include ([\w.-]+\.btm)$", re.M)
-MODULE_BTF, VMLINUX_BTF = "/sys/kernel/btf/zfs", "/sys/kernel/btf/vmlinux"
 _MACRO_RE = re.compile(r"^// macro (\w+)\n(.*?)^// end macro\n", re.M | re.S)
-
-
-def probes_dir() -> Path:
-    """probes/ of a source checkout, else the copy installed with the package."""
-    checkout = Path(__file__).resolve().parent.parent / "probes"
-    if (checkout / "linux").is_dir():
-        return checkout
-    return Path(str(resources.files("zfsobs") / "_probes"))
 
 
 def available(platform: str = "linux") -> list[str]:
@@ -61,69 +49,6 @@ def source(name: str, platform: str = "linux") -> str:
     if not path.is_file():
         raise ZfsobsError(f"no probe script {name!r} (have: {', '.join(available(platform))})")
     return _INCLUDE_RE.sub(lambda m: (path.parent / m.group(1)).read_text(), path.read_text())
-
-
-def offsets_table() -> dict:
-    """probes/offsets.json: struct layouts per build (its "_about" says where they come from)."""
-    return json.loads((probes_dir() / "offsets.json").read_text())
-
-
-def _build_entry(target: Target) -> dict:
-    return offsets_table().get(target.kind, {}).get(target.version, {})
-
-
-@functools.lru_cache(maxsize=None)
-def _module_btf(path: str = MODULE_BTF, base: str = VMLINUX_BTF) -> dict[str, int]:
-    """Every OFF()/CONST() name the tables know, looked up in the running module's own BTF."""
-    from zfsobs import layouts
-    return resolve_table(Btf(path, base=Btf(base)), layouts.specs(offsets_table()))
-
-
-def offsets_for(target: Target) -> dict[str, int]:
-    """Struct offsets and flag values of the target: for the zfs module from its BTF when it has
-    one, else compiled from its installed source (zfsobs/layouts.py; none when that cannot be done:
-    target.layouts says why); for a library, of its release (offsets.json says where they come from)."""
-    from zfsobs import layouts
-    from zfsobs.platforms import uses_dtrace
-    build = _build_entry(target)
-    if target.kind == "kernel" and not uses_dtrace():
-        same_release = offsets_table()["libzpool"].get(target.version, {}).get("constants", {})
-        if target.btf:
-            found, target.layouts = dict(_module_btf()), f"module BTF ({MODULE_BTF})"
-            # a flag that is a macro, not an enumerator (ZIO_FLAG_* from 2.2 on), is not in BTF:
-            # compiled from the module's installed source, as without BTF
-            consts = offsets_table()["btf"]["constants"]
-            lacking = {n: consts[n] for n in consts if n not in found and n not in same_release}
-            extra, how = layouts.module_layouts(target.version, lacking) if lacking else ({}, "")
-            extra = {n: v for n, v in extra.items() if n in lacking}
-            if extra:
-                found.update(extra)
-                target.layouts += f"; {', '.join(sorted(extra))} {how}"
-        else:
-            found, target.layouts = layouts.module_layouts(target.version, layouts.specs(offsets_table()))
-        if found:
-            return {**same_release, **build.get("constants", {}), **found}
-    return {**build.get("fields", {}), **build.get("constants", {})}
-
-
-def offsets_origin(target: Target) -> str:
-    """How the target's struct layout is known, for doctor."""
-    from zfsobs.platforms import uses_dtrace
-    build = _build_entry(target)
-    if target.kind == "kernel" and not uses_dtrace():
-        found = offsets_for(target)
-        if target.btf:
-            extra = target.layouts.partition("; ")[2]
-            return (f"from the module's own BTF ({MODULE_BTF}): {len(_module_btf())} fields and flags found"
-                    + (f"; {extra}" if extra else ""))
-        if target.layouts.startswith("compiled"):
-            return f"{target.layouts}: {len(found)} fields and flags"
-        return f"unknown for {target.name}: {target.layouts}; probes that read struct fields are off"
-    if not build.get("fields"):
-        return f"unknown for {target.name}: probes that read struct fields are off"
-    if target.build_id and target.build_id in build.get("build_ids", []):
-        return f"{target.version}, checked on this build ({target.build_id[:12]})"
-    return f"{target.version}, derived from the release's headers (this build {target.build_id[:12] or 'has no build-id'} not checked)"
 
 
 def required_functions(text: str) -> list[str]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import platform
 
-from zfsobs.dtrace_source import (check_dtrace, d_script, dtrace_version, listed_probes, present,
+from zfsobs.sources.dtrace import (check_dtrace, d_script, dtrace_version, listed_probes, present,
                                   required_probes, script_probes)
 from zfsobs.errors import ZfsobsError
-from zfsobs.source import DEFAULT_PROBES
+from zfsobs.sources.bpftrace import DEFAULT_PROBES
 
 OK, WARN, BAD = "ok", "warn", "FAIL"
 FIX_DTRACE = {"FreeBSD": "kldload dtraceall (and pkg install dtrace-toolkit for extras)"}

@@ -2,7 +2,7 @@
 and which one `zfsobs top` will use (--source auto)."""
 from __future__ import annotations
 
-from zfsobs import kstats
+from zfsobs.sources import kstats
 
 SHOWS = ("kstat mode shows: every synced txg exactly as ZFS timed it (sync, open, quiesce, wait, "
          "dirty); ZIL commits, log blocks and their bytes (N-Bytes), copied/needcopy/indirect; queue "

@@ -1,8 +1,8 @@
-"""The tunable watcher: reads the tunables of zfsobs/tunables.py at start and polls them, turning
+"""The tunable watcher: reads the tunables of zfsobs/targets/tunables.py at start and polls them, turning
 each value it first sees and each change into a `tunable` event line (docs/events.md).
 
 Linux kernel: /sys/module/zfs/parameters. Userland (libzpool, the lab): the globals inside the
-newest process that maps the library, read from its memory (zfsobs/procmem.py). A change is seen
+newest process that maps the library, read from its memory (zfsobs/labs/procmem.py). A change is seen
 at the poll after it happened: `since` is the previous poll, so it happened in (since, ts].
 """
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Callable
 
 from zfsobs.errors import ZfsobsError
 from zfsobs.events import format_line
-from zfsobs.procmem import Gone, ProcessGlobals, load_base
+from zfsobs.labs.procmem import Gone, ProcessGlobals, load_base
 from zfsobs.procs import scan
-from zfsobs.targets import Target
-from zfsobs.tunables import TABLE
+from zfsobs.targets.target import Target
+from zfsobs.targets.tunables import TABLE
 
 POLL_NS = 500_000_000
 # A process younger than this may still be applying ztest's -o options (set_global_var after exec).

@@ -11,7 +11,7 @@ import threading
 import time
 from collections import deque
 
-from zfsobs import kstats
+from zfsobs.sources import kstats
 from zfsobs.events import format_line
 from zfsobs.procs import die_with_parent
 
@@ -26,7 +26,7 @@ class QueueSampler:
         self.zpool = kstats.zpool()
         self.pools = list(pools)
         self.proc: subprocess.Popen | None = None
-        self._blocks: deque = deque()        # no lock for a stop signal to cut (zfsobs/source.py)
+        self._blocks: deque = deque()        # no lock for a stop signal to cut (zfsobs/sources/bpftrace.py)
         self._series: dict[tuple, dict] = {}     # (pool, path, class) -> depth state
         self._vdevs: set[tuple[str, str]] = set()
         self._flushed = 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from zfsobs.errors import ZfsobsError
-from zfsobs.targets import Target
+from zfsobs.targets.target import Target
 
 
 class Gone(Exception):

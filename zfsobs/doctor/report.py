@@ -6,14 +6,15 @@ import os
 import platform
 import re
 
-from zfsobs import doctor_dtrace, doctor_kstat, probe_load
+from zfsobs.doctor import dtrace as doctor_dtrace, kstat as doctor_kstat, probe_load
 from zfsobs.errors import FeatureAbsent, ZfsobsError
-from zfsobs.lab import BUILDS
-from zfsobs.platforms import uses_dtrace
+from zfsobs.labs.userland import BUILDS
+from zfsobs.targets.platforms import uses_dtrace
 from zfsobs.model.vdev_cache import ENABLE_HINT
-from zfsobs.probes import offsets_origin, available, render
-from zfsobs.source import bpftrace_path, bpftrace_version, too_old
-from zfsobs.targets import Target, find_libraries, kernel, libzpool
+from zfsobs.targets.offsets import offsets_origin
+from zfsobs.targets.render import available, render
+from zfsobs.sources.bpftrace import bpftrace_path, bpftrace_version, too_old
+from zfsobs.targets.target import Target, find_libraries, kernel, libzpool
 
 OK, WARN, BAD = "ok", "warn", "FAIL"
 # The bpftrace releases the lab tests run the probes with (tests/test_lab_bpftrace_versions.py), by
@@ -32,7 +33,7 @@ def tested(version: str) -> str:
 
 def checks(load: bool = False) -> tuple[list[tuple[str, str, str]], bool]:
     """(status, what, detail) rows, and whether anything can be traced. With `load`, each probe
-    rendered for a target is also loaded with the bpftrace in use (zfsobs/probe_load.py: seconds
+    rendered for a target is also loaded with the bpftrace in use (zfsobs/doctor/probe_load.py: seconds
     per probe), and a metric whose probe it refuses is a failure with bpftrace's reason."""
     if uses_dtrace():     # illumos / FreeBSD (docs/illumos.md)
         return doctor_dtrace.checks()

@@ -1,6 +1,6 @@
 """ZFS's own counters, read without root: the procfs kstats (/proc/spl/kstat/zfs), the module
 parameters (/sys/module/zfs/parameters) and `zpool iostat -q`. Parsers only; the kstat source
-(zfsobs/kstat_source.py) turns them into events, and the kernel fidelity tests read their ground
+(zfsobs/sources/kstat.py) turns them into events, and the kernel fidelity tests read their ground
 truth with the same functions."""
 from __future__ import annotations
 

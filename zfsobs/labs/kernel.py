@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from zfsobs.errors import ZfsobsError
-from zfsobs.kernel_guest import (BUILDER, GUEST_LAYOUTS, POOL, PROJECT, cache_dir, ensure_image, image_dir,
+from zfsobs.labs.guest import (BUILDER, GUEST_LAYOUTS, POOL, PROJECT, cache_dir, ensure_image, image_dir,
                                  parse_layout, parse_module_options, parse_size, parse_workload, probe_accel,
                                  setup_script)
 from zfsobs.procs import die_with_parent

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
 from zfsobs.errors import ZfsobsError
-from zfsobs.platforms import uses_dtrace
+from zfsobs.targets.probe_files import offsets_table
+from zfsobs.targets.platforms import uses_dtrace
 
 LIB_GLOBS = ("/lib/x86_64-linux-gnu/libzpool.so.*", "/usr/lib/x86_64-linux-gnu/libzpool.so.*",
              "/usr/lib/libzpool.so.*", "/usr/local/lib/libzpool.so.*", "/lib64/libzpool.so.*")
@@ -42,7 +43,7 @@ class Target:
                "build_id": self.build_id, "btf": self.btf}
         return {**out, "layouts": self.layouts} if self.layouts else out
 
-    # How a probe attaches here (used by probes.render).
+    # How a probe attaches here (used by render.render).
     def entry(self, fn: str) -> str:
         return f"uprobe:{self.path}:{fn}" if self.kind == "libzpool" else f"kprobe:{fn}"
 
@@ -162,7 +163,6 @@ def library_identity(path: str) -> tuple[str, str]:
 
 
 def _known_build(build_id: str) -> str:
-    from zfsobs.probes import offsets_table    # here: probes imports this module
     try:
         table = offsets_table().get("libzpool", {})
     except (OSError, ValueError):

@@ -1,6 +1,6 @@
 """The kstat source: what ZFS's own counters show, without root and without BPF. Read once a second:
 the per-pool txgs kstat (every synced txg, exactly as ZFS timed it), the global zil and
-vdev_cache_stats kstats (as per-second deltas), and `zpool iostat -q` sampled (zfsobs/kstat_queue.py).
+vdev_cache_stats kstats (as per-second deltas), and `zpool iostat -q` sampled (zfsobs/sources/kstat_queue.py).
 It emits the probes' event lines (docs/events.md), so capture, replay, report and the views work
 unchanged. Each hello line's `na` lists the fields this source cannot give; views show them as
 unavailable, never as zero (docs/kstat.md)."""
@@ -10,13 +10,14 @@ import os
 import platform
 import time
 
-from zfsobs import __version__, kstats
+from zfsobs import __version__
+from zfsobs.sources import kstats
 from zfsobs.errors import ZfsobsError
 from zfsobs.events import format_line
-from zfsobs.kstat_queue import NA as VQ_NA
-from zfsobs.kstat_queue import SAMPLE_S, QueueSampler
+from zfsobs.sources.kstat_queue import NA as VQ_NA
+from zfsobs.sources.kstat_queue import SAMPLE_S, QueueSampler
 from zfsobs.signals import stop_pending
-from zfsobs.targets import Target
+from zfsobs.targets.target import Target
 
 READ_NS = 10**9
 ZIL_NA = ("lat_ns", "lat_max_ns", "lat_hist", "itxs", "itx_bytes", "writes", "write_bytes", "size",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from zfsobs.errors import ZfsobsError
 
-PROJECT = Path(__file__).resolve().parent.parent
+PROJECT = Path(__file__).resolve().parents[2]
 BUILDER = PROJECT / "scripts" / "kernel-lab-image"
 DEFAULT_CACHE = "/var/cache/zfsobs/kernel-lab"
 POOL = "zfsobs_klab"
@@ -22,7 +22,7 @@ DISTROS = {"bookworm": "Debian 12: kernel 6.1, OpenZFS 2.1.11, bpftrace 0.17",
            "trixie": "Debian 13: kernel 6.12, OpenZFS 2.3.9, bpftrace 0.23",
            "trixie-backports": "Debian 13 with trixie-backports' OpenZFS (2.4.x) on its 6.12 kernel"}
 IMAGES = (("bookworm", "stock"), ("bookworm", "btf"), ("trixie", "stock"), ("trixie-backports", "stock"))
-GUEST_LAYOUTS = "/var/cache/zfsobs/layouts"    # zfsobs/layouts.py's cache, the host's cache_dir()/layouts
+GUEST_LAYOUTS = "/var/cache/zfsobs/layouts"    # zfsobs/targets/layouts.py's cache, the host's cache_dir()/layouts
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ import struct
 import time
 
 from zfsobs.errors import ZfsobsError
-from zfsobs.lab import BUILDS
-from zfsobs.procmem import Gone, ProcessGlobals, mapped_library
+from zfsobs.labs.userland import BUILDS
+from zfsobs.labs.procmem import Gone, ProcessGlobals, mapped_library
 from zfsobs.procs import exe, in_group, scan
-from zfsobs.targets import Target, libzpool
-from zfsobs.tunables import BY_NAME
+from zfsobs.targets.target import Target, libzpool
+from zfsobs.targets.tunables import BY_NAME
 
 POOL_PREFIX = "zfsobs_lab_"
 GVARS_COUNT, GVARS_LEN = 10, 64        # ZO_GVARS_MAX_COUNT, ZO_GVARS_MAX_ARGLEN in ztest.c

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from zfsobs.errors import ZfsobsError
 from zfsobs.procs import die_with_parent, in_group, remove_stale
-from zfsobs.targets import Target, libzpool, linked_library
+from zfsobs.targets.target import Target, libzpool, linked_library
 
 ZTEST = "/usr/sbin/ztest"
 # OpenZFS 2.3 from bookworm-backports, unpacked here by scripts/setup: its packages cannot be

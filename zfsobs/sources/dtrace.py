@@ -14,10 +14,11 @@ import time
 
 from zfsobs import __version__
 from zfsobs.errors import ZfsobsError
-from zfsobs.platforms import uses_dtrace
-from zfsobs.probes import Rendered, _header_list, probes_dir
-from zfsobs.source import DEFAULT_PROBES, REQUIRED_PROBES, BpftraceSource, check_tracing
-from zfsobs.targets import Target
+from zfsobs.targets.platforms import uses_dtrace
+from zfsobs.targets.probe_files import probes_dir
+from zfsobs.targets.render import Rendered, _header_list
+from zfsobs.sources.bpftrace import DEFAULT_PROBES, REQUIRED_PROBES, BpftraceSource, check_tracing
+from zfsobs.targets.target import Target
 
 _LIST_RE = re.compile(r"^\s*\d+\s+(\S+)\s+(\S+)\s+(\S*)\s+(\S+)\s*$")
 
@@ -25,9 +26,9 @@ _LIST_RE = re.compile(r"^\s*\d+\s+(\S+)\s+(\S+)\s+(\S*)\s+(\S+)\s*$")
 def make_source(target: Target, probes=DEFAULT_PROBES, tunables: dict | None = None, pools=None,
                 mode: str = "auto"):
     """dtrace on illumos/FreeBSD, bpftrace elsewhere; `pools`: one pool name is filtered in D too.
-    mode kstat: ZFS's own counters (zfsobs/kstat_source.py); auto: those when tracing cannot run
+    mode kstat: ZFS's own counters (zfsobs/sources/kstat.py); auto: those when tracing cannot run
     here (no root, no bpftrace) and the kernel's kstats can be read instead."""
-    from zfsobs.kstat_source import KstatSource
+    from zfsobs.sources.kstat import KstatSource
     if mode == "kstat":
         return KstatSource(target, probes, tunables, pools, why="--source kstat")
     if uses_dtrace():

@@ -21,9 +21,9 @@ import subprocess
 import tempfile
 import time
 
-from zfsobs.probes import Rendered
-from zfsobs.source import _BPFTRACE_ENV, _NOISE, _child_setup
-from zfsobs.targets import Target
+from zfsobs.targets.render import Rendered
+from zfsobs.sources.bpftrace import _BPFTRACE_ENV, _NOISE, _child_setup
+from zfsobs.targets.target import Target
 
 DRY_RUN = (0, 22)          # the first release with --dry-run
 TIMEOUT_S = 300            # vdev_queue compiles in ~5 s on 2 busy cores, ~10x that under the kernel lab's TCG

@@ -17,23 +17,23 @@ from collections import deque
 from zfsobs import __version__
 from zfsobs.errors import ZfsobsError
 from zfsobs.events import format_line
-from zfsobs.probes import Rendered, render
+from zfsobs.targets.render import Rendered, render
 from zfsobs.procs import die_with_parent, remove_stale
 from zfsobs.signals import stop_pending
-from zfsobs.stop_marker import StopMarker
-from zfsobs.targets import Target
-from zfsobs.end_maps import EndMaps
-from zfsobs.vq_dumps import VqDumps
+from zfsobs.sources.stop_marker import StopMarker
+from zfsobs.targets.target import Target
+from zfsobs.sources.end_maps import EndMaps
+from zfsobs.sources.vq_dumps import VqDumps
 
 _LOST_RE = re.compile(r"^Lost (\d+) events")     # stdout up to bpftrace 0.23, stderr from 0.24
 # bpftrace chatter on stderr that is not an error on these machines ("Attached N probes": 0.24+).
 _NOISE = ("couldn't set RLIMIT_MEMLOCK", "Error while reading traceable functions",
           "WARNING: ", "Attaching ", "Attached ")
 DEFAULT_PROBES = ("txg", "zil", "vdev_queue", "vdev_cache")
-# A probe that prints its counts as timed dumps of bpftrace maps (zfsobs/vq_dumps.py), and how long
+# A probe that prints its counts as timed dumps of bpftrace maps (zfsobs/sources/vq_dumps.py), and how long
 # its last dumps take to cover a moment: two 250 ms ticks and a margin.
 _DUMPS, DUMP_DRAIN_S = "zfsobs 1 vq_dump ", 0.6
-# A probe whose END prints maps for zfsobs to make its last lines of (zfsobs/end_maps.py)
+# A probe whose END prints maps for zfsobs to make its last lines of (zfsobs/sources/end_maps.py)
 _END_MAPS = "zfsobs 1 end_maps "
 REQUIRED_PROBES = ("txg",)     # the backbone; the others are left out where the target cannot give them
 START_TIMEOUT = float(os.environ.get("ZFSOBS_ATTACH_TIMEOUT") or 60)  # the kernel lab raises it for TCG
@@ -48,7 +48,7 @@ _BPFTRACE_ENV = dict(os.environ, BPFTRACE_MAP_KEYS_MAX="65536", BPFTRACE_MAX_MAP
 # The probes read fields by offset, never by BTF type. Yet bpftrace 0.17 looks up every cast's type
 # name (uint64, int32) in vmlinux's BTF and in every module's split BTF, a full scan each that fails:
 # with 50 modules loaded, vdev_queue.bt took 171 s to compile under the kernel lab's TCG (8.5 s with
-# vmlinux's BTF alone). Module BTF stays available to zfsobs itself (probes._module_btf).
+# vmlinux's BTF alone). Module BTF stays available to zfsobs itself (offsets._module_btf).
 if os.path.exists("/sys/kernel/btf/vmlinux"):
     _BPFTRACE_ENV.setdefault("BPFTRACE_BTF", "/sys/kernel/btf/vmlinux")
 
@@ -130,7 +130,7 @@ def _ts(line: str) -> int | None:
 
 class BpftraceSource:
     tracer = "bpftrace"     # in messages; DtraceSource says dtrace
-    marked_stop = True      # scripts carry a stop probe (zfsobs/stop_marker.py); dtrace gets SIGINT
+    marked_stop = True      # scripts carry a stop probe (zfsobs/sources/stop_marker.py); dtrace gets SIGINT
     def __init__(self, target: Target, probes=DEFAULT_PROBES, tunables: dict | None = None):
         self.target = target
         self.bpftrace = check_tracing()
@@ -168,7 +168,7 @@ class BpftraceSource:
         self._late: dict[str, list[str]] = {}
         self.dropped_at_stop = 0
         self._pumps: list[threading.Thread] = []
-        self._dumps: dict[str, VqDumps] = {}      # per probe that prints dumps (zfsobs/vq_dumps.py)
+        self._dumps: dict[str, VqDumps] = {}      # per probe that prints dumps (zfsobs/sources/vq_dumps.py)
         self._dir = ""
         self.ended = ""           # why the source stopped, once it has
         self._marker: StopMarker | None = None    # how bpftrace is told to stop (dtrace: SIGINT)
@@ -280,7 +280,7 @@ class BpftraceSource:
 
     @property
     def pids(self) -> dict[str, int]:
-        """Probe name -> its tracer's process id (zfsobs/selfcost.py measures them)."""
+        """Probe name -> its tracer's process id (zfsobs/sources/selfcost.py measures them)."""
         return {name: proc.pid for name, proc in self._procs}
 
     @property
@@ -328,7 +328,7 @@ class BpftraceSource:
             return lines
 
     def _ask_stop(self) -> None:
-        """Every tracer prints what it holds, runs END and exits (zfsobs/stop_marker.py)."""
+        """Every tracer prints what it holds, runs END and exits (zfsobs/sources/stop_marker.py)."""
         if self._marker:
             self._marker.fire()
         else:
