@@ -67,6 +67,8 @@ def _dispatch(args) -> int:
         return _zilstat(args)
     if cmd == "vqstat":
         return _vqstat(args)
+    if cmd == "exporter":
+        return _exporter(args)
     if cmd in ("replay", "report"):
         from zfsobs.capture import read_capture
         capture = read_capture(args.file)
@@ -77,6 +79,10 @@ def _dispatch(args) -> int:
             if args.compare:
                 from zfsobs.views import compare
                 sys.stdout.write(compare.render(capture, args.format))
+                return 0
+            if args.format == "openmetrics":
+                from zfsobs.views.openmetrics import export
+                export(capture, sys.stdout.buffer, args.step, args.instance)
                 return 0
             if args.format == "csv" and args.section not in report.SECTIONS:
                 raise ZfsobsError(f"no section {args.section!r} (have: {', '.join(report.SECTIONS)})")
@@ -185,6 +191,27 @@ def _record(args) -> int:
     print(f"zfsobs: cost: zfsobs {cost['zfsobs_cpu_s']:.1f} CPU-s, {session.source.tracer} {tracers:.1f} CPU-s "
           f"in {cost['seconds']:.0f} s (the probes' own run time: see docs/performance.md)", file=sys.stderr)
     return 1 if _probe_died(session) else 0
+
+
+def _exporter(args) -> int:
+    from zfsobs.session import Session
+    from zfsobs.views import exporter
+    exporter.parse_listen(args.listen)         # a bad address before anything starts
+    args.force = False
+    with Session(args) as session:
+        kstat = session.source.meta.get("kstat")
+        if kstat:
+            print(f"zfsobs: kstat mode ({kstat['why']}): ZFS's own counters, fewer metrics (docs/prometheus.md)",
+                  file=sys.stderr)
+        server = exporter.serve(session, args.listen)
+    if _probe_died(session):
+        server.shutdown()
+        return 1
+    if session.lab is not None and session.reason.startswith(("the lab's ztest run ended", "duration")):
+        exporter.linger(server, session.reason)
+    else:
+        server.shutdown()
+    return 0
 
 
 def _probe_died(session) -> bool:

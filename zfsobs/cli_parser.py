@@ -109,14 +109,25 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("interval", nargs="?", type=positive, default=1.0, help="seconds (default 1)")
     p.add_argument("count", nargs="?", type=int, help="stop after COUNT intervals")
 
+    p = sub.add_parser("exporter", help="serve the live figures on /metrics for Prometheus (docs/prometheus.md)")
+    _target_args(p)
+    p.add_argument("--listen", default="127.0.0.1:9976", metavar="HOST:PORT",
+                   help="where /metrics is served (default 127.0.0.1:9976, loopback)")
+    _record_arg(p)
+    p.add_argument("--duration", type=positive, metavar="S", help="stop after S seconds")
+
     p = sub.add_parser("replay", help="replay a capture through the live view")
     p.add_argument("file")
     p.add_argument("--speed", type=positive, default=1.0, metavar="X")
 
     p = sub.add_parser("report", help="summarise a capture")
     p.add_argument("file")
-    p.add_argument("--format", choices=("text", "json", "csv"), default="text")
+    p.add_argument("--format", choices=("text", "json", "csv", "openmetrics"), default="text",
+                   help="openmetrics: timestamped, for promtool tsdb create-blocks-from openmetrics")
     p.add_argument("--section", default="txgs", help="csv: which table (default txgs)")
+    p.add_argument("--step", type=positive, default=15.0, metavar="S",
+                   help="openmetrics: one point per series every S seconds of the capture (default 15)")
+    p.add_argument("--instance", help="openmetrics: the instance label (default: the capture's host)")
     p.add_argument("--compare", action="store_true", help="split the capture at tunable changes: per metric "
                    "before/after mean, p99 and their ratio (docs/tuning.md)")
 

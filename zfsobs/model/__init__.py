@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter, deque
 
 from zfsobs.events import Event
+from zfsobs.model.counters import RunCounters
 from zfsobs.model.samples import KEEP_NS, SampleModel
 from zfsobs.model.tuning import TuningModel
 from zfsobs.model.txg import KEEP, TxgModel
@@ -26,12 +27,13 @@ class Model:
         self.probes: dict[str, str] = {}      # probe name -> target kind, from hello events
         self.na: dict[str, frozenset] = {}    # probe name -> fields its source cannot give (kstat mode)
         self.tuning = TuningModel()
+        self.counters = RunCounters()      # what only grows, for Prometheus
         self.samples = SampleModel(self.zil, self.vq, self.vc, self.tuning, self.probes,
                                    None if keep is None else KEEP_NS)
         self._routes: dict[str, list] = {}
         # samples last: it reads what the other parts made of the same event
         # samples=False: a plain report reads no samples, and binning them is a third of its time
-        for part in (self.txg, self.zil, self.vq, self.vc, self.tuning) + ((self.samples,) if samples else ()):
+        for part in (self.txg, self.zil, self.vq, self.vc, self.tuning, self.counters) + ((self.samples,) if samples else ()):
             for kind in part.kinds:
                 self._routes.setdefault(kind, []).append(part)
         self.lost = 0

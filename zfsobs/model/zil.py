@@ -101,6 +101,7 @@ class PoolZil:
         self.order: deque[ZilRow] = deque()
         self.keep = keep
         self.totals: Counter = Counter()      # run totals; rows may be dropped (keep)
+        self.lat_totals = [0] * LAT_BUCKETS   # the run's commit latency histogram
         self.flow: deque[tuple[int, Counter]] = deque()   # (ts, deltas) for rates
 
     def row(self, ev: Event) -> ZilRow:
@@ -170,19 +171,20 @@ class ZilModel:
                     state.flow.popleft()
         elif ev.kind == "zil_itx":
             new = [int(f.get(f"tx{i}") or 0) for i in range(ITX_TYPES - 1)] + [int(f.get("txother") or 0)]
-            self._merge(row, ("itx", cpu, 0), new, row.itx_types, 0)
+            self._merge(row, ("itx", cpu, 0), new, (row.itx_types,), 0)
         else:
             seg = int(f.get("seg") or 0)
             new = [int(f.get(f"b{i}") or 0) for i in range(SEGMENT)]
-            self._merge(row, ("lat", cpu, seg), new, row.lat_hist, seg * SEGMENT)
+            self._merge(row, ("lat", cpu, seg), new, (row.lat_hist, state.lat_totals), seg * SEGMENT)
 
     @staticmethod
-    def _merge(row: ZilRow, key, new: list[int], into: list[int], base: int) -> None:
-        """Replace this CPU's part of the row with its newer cumulative values."""
+    def _merge(row: ZilRow, key, new: list[int], into: tuple, base: int) -> None:
+        """Replace this CPU's part of the row with its newer cumulative values (in each of `into`)."""
         old = row._parts.get(key, [0] * len(new))
         row._parts[key] = new
         for i, (a, b) in enumerate(zip(old, new)):
-            into[base + i] += b - a
+            for hist in into:
+                hist[base + i] += b - a
 
     def stats(self, pool: str, rows: list[ZilRow]) -> dict:
         """Totals and commit latency over `rows` (one pool)."""

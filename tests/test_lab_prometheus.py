@@ -1,0 +1,117 @@
+"""Live: a real Prometheus (Debian's 2.42) scrapes `zfsobs exporter --lab` every second while the lab
+runs the ZIL workload with the vdev cache on, and a tunable is changed halfway. The exporter also
+records the run (-O), and lingers with its last values once the lab ends. What Prometheus holds at
+the end equals `zfsobs report` of that capture; every PromQL expression of the Grafana dashboard
+runs and returns data; `promtool check metrics` finds nothing in a scrape."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter, defaultdict
+
+import pytest
+
+from conftest import lab_ready
+from prom_server import Prometheus, free_port, missing
+
+pytestmark = [pytest.mark.lab, pytest.mark.skipif(bool(lab_ready() or missing()), reason=lab_ready() or missing() or "ok")]
+
+ZFSOBS = [sys.executable, "-m", "zfsobs"]
+DASHBOARD = os.path.join(os.path.dirname(__file__), "..", "docs", "grafana", "zfsobs-dashboard.json")
+CHANGE = "zfs_vdev_async_write_max_active=5"
+
+
+def wait_for(path, text, proc, timeout):
+    deadline = time.time() + timeout
+    while text not in path.read_text():
+        assert proc.poll() is None, path.read_text()[-2000:]
+        assert time.time() < deadline, f"no {text!r} in {timeout} s: {path.read_text()[-2000:]}"
+        time.sleep(0.3)
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("prom-live")
+    port, cap, err = free_port(), tmp / "live.cap", tmp / "exporter.err"
+    server = Prometheus(tmp, scrape=f"127.0.0.1:{port}")
+    with open(err, "w") as errf:
+        proc = subprocess.Popen(ZFSOBS + ["exporter", "--lab", "--lab-time", "40", "--workload", "zil",
+                                          "-o", "zfs_vdev_cache_size=10485760", "--listen", f"127.0.0.1:{port}",
+                                          "-O", str(cap)], stdout=subprocess.DEVNULL, stderr=errf)
+    try:
+        wait_for(err, "serving /metrics", proc, 120)
+        start = time.time()
+        time.sleep(15)
+        subprocess.run(ZFSOBS + ["lab", "set", CHANGE], check=True, capture_output=True, timeout=60)
+        wait_for(err, "serving the last values", proc, 400)
+        time.sleep(4)       # scrapes of the final values
+        end = time.time()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
+                                     headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            om = (r.headers.get("Content-Type", ""), r.read().decode())
+        rep = json.loads(subprocess.run(ZFSOBS + ["report", str(cap), "--format", "json"], capture_output=True,
+                                        text=True, check=True).stdout)
+        yield {"server": server, "start": start, "end": end, "text": text, "om": om, "report": rep}
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        code = proc.wait(60)
+        server.stop()
+    assert code == 0, err.read_text()[-2000:]
+
+
+def now(live, expr):
+    return {frozenset(k): v for k, v in live["server"].query(expr, live["end"]).items()}
+
+
+def by(result, *names):
+    return {tuple(dict(k).get(n) for n in names): v for k, v in result.items()}
+
+
+def test_prometheus_holds_what_the_capture_holds(live):
+    rep = live["report"]
+    txgs, commits = Counter(r["pool"] for r in rep["txgs"]), Counter()
+    for row in rep["zil"]:
+        commits[row["pool"]] += row["commits"]
+    assert sum(txgs.values()) >= 100 and sum(commits.values()) >= 50, (txgs, commits)
+    assert by(now(live, "zfsobs_txg_sync_duration_seconds_count"), "zpool") == {(p,): float(n) for p, n in txgs.items()}
+    assert by(now(live, "zfsobs_zil_commits_total"), "zpool") == {(p,): float(n) for p, n in commits.items()}
+    done, act = defaultdict(int), defaultdict(int)
+    for row in rep["vdev_queue"]:
+        done[(row["pool"], row["vdev"], row["class"])] += row["done"]
+    assert by(now(live, "zfsobs_vdev_queue_completed_total"), "zpool", "vdev", "priority") == \
+        {k: float(n) for k, n in done.items()}
+    hits = Counter()
+    for row in rep["vdev_cache"]:
+        hits[(row["pool"], row["vdev"])] += row["hits"]
+    assert sum(hits.values()) > 0, "the vdev cache served nothing"
+    assert by(now(live, "zfsobs_vdev_cache_hits_total"), "zpool", "vdev") == {k: float(n) for k, n in hits.items()}
+    name, value = CHANGE.split("=")
+    assert by(now(live, f'zfsobs_tunable_value{{name="{name}"}}'), "name") == {(name,): float(value)}
+
+
+def test_every_dashboard_expression_returns_data(live):
+    dash = json.load(open(DASHBOARD))
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    exprs += [a["expr"] for a in dash["annotations"]["list"]]
+    assert len(exprs) >= 10
+    for expr in exprs:
+        q = expr.replace("$__rate_interval", "5s").replace("$zpool", ".*")
+        result = live["server"].query_range(q, live["start"], live["end"], 1)
+        assert result, f"no data: {q}"
+
+
+def test_a_scrape_passes_promtool_and_negotiates_openmetrics(live):
+    check = subprocess.run(["promtool", "check", "metrics"], input=live["text"], capture_output=True, text=True)
+    assert check.returncode == 0 and not (check.stdout + check.stderr).strip(), check.stdout + check.stderr
+    kind, body = live["om"]
+    assert kind.startswith("application/openmetrics-text") and body.endswith("# EOF\n"), kind
+    assert "zfsobs_build_info{" in live["text"] and "# TYPE zfsobs_txg_sync_duration_seconds histogram" in live["text"]

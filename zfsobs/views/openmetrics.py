@@ -1,0 +1,72 @@
+"""A capture as OpenMetrics text with timestamps, for `promtool tsdb create-blocks-from openmetrics`
+(docs/prometheus.md, "Backfill"): the exporter's families (views/prometheus.py) as a scrape every
+`step` seconds of the capture would have seen them. promtool wants every sample timestamped, each
+family in one piece, each series in time order and `# EOF` at the end, and adds no job or instance
+label itself: the file carries them."""
+from __future__ import annotations
+
+from typing import IO
+
+from prometheus_client.openmetrics.exposition import generate_latest
+from prometheus_client.registry import CollectorRegistry
+from prometheus_client.samples import Sample
+
+from zfsobs import __version__
+from zfsobs.capture import Capture
+from zfsobs.events import Parser, parse_all
+from zfsobs.model import Model
+from zfsobs.views.prometheus import families
+
+SUFFIXES = ("_bucket", "_count", "_sum", "_total", "_created")
+
+
+def _series(sample: Sample) -> tuple:
+    """A sample's series: its family's point at one time holds the buckets, count and sum."""
+    return tuple(sorted((k, v) for k, v in sample.labels.items() if k != "le"))
+
+
+def export(capture: Capture, out: IO[bytes], step_s: float = 15.0, instance: str | None = None) -> int:
+    """Write the capture's metrics every step_s seconds of its time (and at its last event); the
+    number of points written per series."""
+    meta = capture.meta
+    to_wall = (meta.get("start_wall_ns", 0) - meta.get("start_mono_ns", 0))
+    info = {"version": __version__, "source": meta.get("source", "trace"),
+            "target": (meta.get("target") or {}).get("kind", "?") if isinstance(meta.get("target"), dict)
+            else str(meta.get("target", "?"))}
+    labels = {"job": "zfsobs", "instance": instance or str(meta.get("host") or "capture")}
+    model = Model(keep=None, samples=False)
+    merged: dict[str, object] = {}
+    points = 0
+
+    def snapshot(mono: int) -> None:
+        nonlocal points
+        points += 1
+        for fam in families(model, info, ts=round((mono + to_wall) / 1e9, 3)):
+            into = merged.setdefault(fam.name, fam)
+            if into is not fam:
+                into.samples.extend(fam.samples)
+
+    step = int(step_s * 1e9)
+    nxt = None
+    for ev in parse_all(capture.lines, Parser()):
+        if nxt is None:
+            nxt = ev.ts + step
+        while ev.ts >= nxt:
+            snapshot(nxt)
+            nxt += step
+        model.feed(ev)
+    if model.last_ts is not None and (nxt is None or model.last_ts > nxt - step):
+        snapshot(model.last_ts)
+    for fam in merged.values():
+        order = {id(s): i for i, s in enumerate(fam.samples)}
+        fam.samples = [Sample(s.name, {**s.labels, **labels}, s.value, s.timestamp, s.exemplar)
+                       for s in sorted(fam.samples, key=lambda s: (_series(s), s.timestamp, order[id(s)]))]
+
+    class Snapshots:
+        def collect(self):
+            return list(merged.values())
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Snapshots())
+    out.write(generate_latest(registry))
+    return points
