@@ -18,6 +18,9 @@ import pytest
 
 from conftest import lab_ready
 from prom_server import Prometheus, free_port, missing
+from zfsobs.capture import read_capture
+from zfsobs.events import Parser, parse_all
+from zfsobs.model import Model
 
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(bool(lab_ready() or missing()), reason=lab_ready() or missing() or "ok")]
 
@@ -49,6 +52,7 @@ def live(tmp_path_factory):
         time.sleep(15)
         subprocess.run(ZFSOBS + ["lab", "set", CHANGE], check=True, capture_output=True, timeout=60)
         wait_for(err, "serving the last values", proc, 400)
+        lab_end = time.time()
         time.sleep(4)       # scrapes of the final values
         end = time.time()
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
@@ -59,7 +63,8 @@ def live(tmp_path_factory):
             om = (r.headers.get("Content-Type", ""), r.read().decode())
         rep = json.loads(subprocess.run(ZFSOBS + ["report", str(cap), "--format", "json"], capture_output=True,
                                         text=True, check=True).stdout)
-        yield {"server": server, "start": start, "end": end, "text": text, "om": om, "report": rep}
+        yield {"server": server, "start": start, "end": end, "lab_end": lab_end, "text": text, "om": om,
+               "report": rep, "capture": read_capture(str(cap))}
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -96,6 +101,31 @@ def test_prometheus_holds_what_the_capture_holds(live):
     assert by(now(live, "zfsobs_vdev_cache_hits_total"), "zpool", "vdev") == {k: float(n) for k, n in hits.items()}
     name, value = CHANGE.split("=")
     assert by(now(live, f'zfsobs_tunable_value{{name="{name}"}}'), "name") == {(name,): float(value)}
+
+
+def test_rate_of_the_depth_integral_is_the_mean_depth(live):
+    """What a user does in PromQL, rate() of the integral, against the exact time-weighted mean of
+    the same run's capture over the same 20 s: they differ only by the scrapes' timing (a snapshot
+    is up to ~1 s behind the probes, at both ends of the window)."""
+    at = live["lab_end"] - 3
+    prom = sum(live["server"].query('rate(zfsobs_vdev_queue_active_seconds_total{priority="async_write"}[20s])', at).values())
+    cap = live["capture"]
+    model = Model(keep=None, samples=False)
+    for ev in parse_all(cap.lines, Parser()):
+        model.feed(ev)
+    to_mono = cap.meta["start_mono_ns"] - cap.meta["start_wall_ns"]
+    t1 = int(at * 1e9) + to_mono
+    t0 = t1 - 20 * 10**9
+    integral = 0
+    for s in model.vq.series.values():
+        if s.cls != 3:
+            continue
+        end, start = s.at(t1), s.at(t0)
+        if end is not None:
+            integral += end["act_ns"] - (start["act_ns"] if start else 0)
+    exact = integral / 20e9
+    assert exact > 0.1, f"async writes too few to compare: mean active {exact:.3f}"
+    assert abs(prom - exact) <= 0.15 * exact + 0.05, (prom, exact)
 
 
 def test_every_dashboard_expression_returns_data(live):
