@@ -2,7 +2,7 @@
 emulation: a dump printed after the probes were back on its set, whose clear took an I/O's +1 it
 never printed, and that queue's mean depth read -0.76 for the rest of the run).
 
-A real lab run, its vdev_queue bpftrace starved: stopped, then let run 3 ms in each 1.05 s for 20 s,
+A real lab run, its vdev_queue bpftrace starved: stopped, then let run 3 ms in each 1.05 s for 12 s,
 so its dumps come 4 ticks late and bpftrace prints and clears sets the probes are writing again.
 The depth state is never cleared (probes/linux/vdev_queue.bt, STATE), so no depth change is lost:
 at each vdev's last line before ZFS frees it (idle), the time still counted in flight is at most
@@ -35,7 +35,7 @@ def starve(pids: list[int]) -> None:
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
     time.sleep(1)
-    for _ in range(20):
+    for _ in range(12):
         for pid in pids:
             os.kill(pid, signal.SIGCONT)
         time.sleep(0.003)
@@ -49,7 +49,7 @@ def starve(pids: list[int]) -> None:
 @pytest.fixture(scope="module")
 def starved(tmp_path_factory):
     cap = tmp_path_factory.mktemp("starved") / "starved.cap"
-    proc = subprocess.Popen(ZFSOBS + ["record", "--lab", "--lab-time", "30", "-O", str(cap)],
+    proc = subprocess.Popen(ZFSOBS + ["record", "--lab", "--lab-time", "20", "-O", str(cap)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while not (cap.exists() and cap.stat().st_size > 20000):
