@@ -37,7 +37,6 @@ class VqDumps:
         self.sums: dict[tuple, dict] = {}       # vdev + (class,) -> slot -> cumulative value
         self.state: dict[tuple, int] = {}       # (set,) + vdev + (class, slot) -> its last print
         self.start_us = 0                       # when the probe began (its hello line)
-        self.held = 0                           # state prints left for the set's next print
         self.freed: dict[tuple, int] = {}       # vdev -> when vdev_free ran
         self.dump: dict | None = None           # the dump being read
         self.dirty: set = set()                 # vdev + (class,) changed since its last line
@@ -207,8 +206,7 @@ class VqDumps:
             new = {s: sums.get(s, 0) + (slots[s][2] if s in slots else 0) for s in (PEND, ACT, PEND_US, ACT_US)}
             if not all(0 <= new[d] and 0 <= new[d] * end_us - new[us] <= new[d] * (end_us - self.start_us)
                        for d, us in ((PEND, PEND_US), (ACT, ACT_US))):
-                self.held += 1
-                continue
+                continue        # left for the set's next print
             sums.update(new)
             for slot, (sid, value, _) in slots.items():
                 self.state[(sid,) + key + (slot,)] = value
