@@ -89,7 +89,7 @@ def test_prometheus_holds_what_the_capture_holds(live):
     assert sum(txgs.values()) >= 100 and sum(commits.values()) >= 50, (txgs, commits)
     assert by(now(live, "zfsobs_txg_sync_duration_seconds_count"), "zpool") == {(p,): float(n) for p, n in txgs.items()}
     assert by(now(live, "zfsobs_zil_commits_total"), "zpool") == {(p,): float(n) for p, n in commits.items()}
-    done, act = defaultdict(int), defaultdict(int)
+    done = defaultdict(int)
     for row in rep["vdev_queue"]:
         done[(row["pool"], row["vdev"], row["class"])] += row["done"]
     assert by(now(live, "zfsobs_vdev_queue_completed_total"), "zpool", "vdev", "priority") == \
