@@ -2,13 +2,14 @@
 emulation: a dump printed after the probes were back on its set, whose clear took an I/O's +1 it
 never printed, and that queue's mean depth read -0.76 for the rest of the run).
 
-A real lab run, its vdev_queue bpftrace starved: stopped, then let run 3 ms in each 1.05 s for 12 s,
-so its dumps come 4 ticks late and bpftrace prints and clears sets the probes are writing again.
-The depth state is never cleared (probes/linux/vdev_queue.bt, STATE), so no depth change is lost:
-at each vdev's last line before ZFS frees it (idle), the time still counted in flight is at most
-its depth times the longest device (or queue) time it had, plus a turn of the six sets (1.5 s: a
-completion's -1 can sit in a set printed after the line). A lost +1 or -1 breaks that for ever:
-the old probe left an active depth stuck at 1, 946 s in flight on a vdev whose I/Os took ms."""
+A real lab run, its vdev_queue bpftrace starved: stopped, then let run 3 ms in each 2.05 s for 12 s
+(a stop of 8 ticks: the probes come back to the set they left 5 ticks later).
+The probes go back to a set only once bpftrace has cleared it (probes/linux/vdev_queue.bt), so they
+are held on their set instead, and no depth change is lost: at each vdev's last line before ZFS
+frees it (idle), the time still counted in flight is at most its depth times the longest device
+(or queue) time it had, plus a turn of the six sets (1.5 s: a completion's -1 can sit in a set
+printed after the line). A lost +1 or -1 breaks that for ever: the probe of a09c503 left an active
+depth stuck at 1, 946 s in flight on a vdev whose I/Os took ms."""
 from __future__ import annotations
 
 import os
@@ -34,14 +35,14 @@ TURN_NS = 6 * 250_000_000      # the probe's six sets, 250 ms each
 def starve(pids: list[int]) -> None:
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
-    time.sleep(1)
-    for _ in range(12):
+    time.sleep(2)
+    for _ in range(6):
         for pid in pids:
             os.kill(pid, signal.SIGCONT)
         time.sleep(0.003)
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)
-        time.sleep(1.05)
+        time.sleep(2.05)
     for pid in pids:
         os.kill(pid, signal.SIGCONT)
 
@@ -68,9 +69,9 @@ def starved(tmp_path_factory):
 
 
 def test_the_dumps_came_late(starved):
-    # the situation under test: zfsobs saw dumps printed after the probes were back on their set
-    late = sum(ev.fields["count"] for ev in starved if ev.kind == "lost" and ev.fields["probe"] == "vdev_queue")
-    assert late >= 5, f"only {late} late dumps: bpftrace was not starved"
+    # the situation under test: the probes waited for bpftrace to clear a set (the bye line's count)
+    held = [ev.fields.get("held") for ev in starved if ev.kind == "bye" and ev.fields.get("probe") == "vdev_queue"]
+    assert held and int(held[0]) >= 5, f"the probes were held {held} ticks: bpftrace was not starved"
 
 
 def test_no_depth_change_is_lost(starved):
