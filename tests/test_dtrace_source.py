@@ -82,6 +82,6 @@ def test_an_sdt_probe_matches_any_function_an_fbt_probe_only_its_own():
 def test_probes_list_and_show_the_d_scripts_there(illumos, capsys):
     from zfsobs.cli import main
     assert main(["probes", "list"]) == 0
-    assert capsys.readouterr().out.split() == ["txg", "vdev_cache", "vdev_queue", "zil"]
+    assert capsys.readouterr().out.split() == ["throttle", "txg", "vdev_cache", "vdev_queue", "zil"]
     assert main(["probes", "show", "txg"]) == 0
     assert "fbt::spa_sync:entry" in capsys.readouterr().out

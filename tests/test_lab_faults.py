@@ -19,12 +19,13 @@ import pytest
 from conftest import lab_ready, truth_running, txg_rows_in
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser, parse_all
+from zfsobs.sources.bpftrace import DEFAULT_PROBES
 from zfsobs.targets.target import libzpool
 
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(bool(lab_ready()), reason=lab_ready() or "ok")]
 
 ZFSOBS = [sys.executable, "-m", "zfsobs"]
-PROBES = ("txg", "zil", "vdev_queue", "vdev_cache")
+PROBES = DEFAULT_PROBES
 
 
 def probe_pids(name: str, owner: int | str = "[0-9]+") -> list[int]:

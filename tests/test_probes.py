@@ -151,7 +151,7 @@ def limited():
 def test_a_probe_is_refused_on_more_cpus_than_its_verifier_limit(monkeypatch):
     """bpftrace would fail after seconds with 'Error loading program'; zfsobs says why, up front,
     and the session traces the other metrics without it (the probe is optional)."""
-    assert {n for n, _ in limited()} == {"zil", "vdev_cache"}
+    assert {n for n, _ in limited()} == {"zil", "vdev_cache", "throttle"}
     target = libzpool()
     for name, limit in limited():
         monkeypatch.setattr(probes, "possible_cpus", lambda: limit)

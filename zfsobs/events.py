@@ -17,6 +17,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "hello": ("probe",),
     "bye": ("probe",),
     "txg": ("pool", "txg", "start", "sync_ns"),
+    "txg_thr": ("pool", "txg", "delays", "delay_ns"),
     "lost": ("count",),
     "zil": ("pool", "txg", "cpu"),
     "zil_itx": ("pool", "txg", "cpu"),

@@ -29,7 +29,7 @@ class Model:
         self.tuning = TuningModel()
         self.counters = RunCounters()      # what only grows, for Prometheus
         self.samples = SampleModel(self.zil, self.vq, self.vc, self.tuning, self.probes,
-                                   None if keep is None else KEEP_NS)
+                                   None if keep is None else KEEP_NS, self.txg)
         self._routes: dict[str, list] = {}
         # samples last: it reads what the other parts made of the same event
         # samples=False: a plain report reads no samples, and binning them is a third of its time

@@ -3,6 +3,9 @@ tunable change: zfsobs/model/segments.py, docs/tuning.md). Built from what the o
 already derive, so a sample means what the panels and the report mean.
 
   txg.sync_ns, txg.interval_ns, txg.dirty_bytes     one per synced txg, at its txg event
+  txg.delays, txg.delay_ns, txg.dirty_pct           one per synced txg, at its txg event, while the
+                                                    throttle is traced: its delayed transactions,
+                                                    their time, the highest dirty data (% of max)
   zil.commits, zil.nused_bytes, zil.size_bytes,     one per synced txg, at its txg event: the txg's
   zil.lat_mean_ns                                   finished ZIL row (zeros when the ZIL was idle)
   vq.<class>.pend_mean, act_mean, act_max,          one per 1 s bin in which the class was busy,
@@ -19,6 +22,7 @@ from collections import Counter, deque
 from zfsobs.events import Event
 from zfsobs.model.segments import cuts
 from zfsobs.model.tuning import TuningModel
+from zfsobs.model.txg import TxgModel
 from zfsobs.model.vdev_cache import VdevCacheModel, derive
 from zfsobs.model.vdev_queue import CLASSES, VdevQueueModel
 from zfsobs.model.zil import ZilModel
@@ -28,7 +32,7 @@ GRACE_NS = 2 * 10**9    # a bin is measured once every busy vdev has reported pa
 JOIN_NS = 10**9         # the zil and txg probes are two processes: wait this long for a txg's ZIL row
 KEEP_NS = 600 * 10**9   # live and replay keep the last 10 minutes
 GROUPS = ("txg", "zil", "vq", "vc")
-NAMES = ("sync_ns", "interval_ns", "dirty_bytes", "commits", "nused_bytes", "size_bytes", "lat_mean_ns",
+NAMES = ("sync_ns", "interval_ns", "dirty_bytes", "dirty_pct", "delays", "delay_ns", "commits", "nused_bytes", "size_bytes", "lat_mean_ns",
          "pend_mean", "act_mean", "act_max", "max_active", "wait_mean_ns", "hit_ratio", "inflation",
          "amplification")
 
@@ -66,8 +70,8 @@ class SampleModel:
     kinds = ("txg", "zil", "vq", "vc")
 
     def __init__(self, zil: ZilModel, vq: VdevQueueModel, vc: VdevCacheModel, tuning: TuningModel,
-                 probes: dict, keep_ns: int | None = KEEP_NS):
-        self.zil, self.vq, self.vc, self.tuning, self.probes = zil, vq, vc, tuning, probes
+                 probes: dict, keep_ns: int | None = KEEP_NS, txg: TxgModel | None = None):
+        self.zil, self.vq, self.vc, self.tuning, self.probes, self.txg = zil, vq, vc, tuning, probes, txg
         self.keep_ns = keep_ns
         self.tracks: dict[tuple[str, str], Track] = {}    # (pool, metric) -> samples
         self._pending: deque[tuple] = deque()             # synced txgs waiting for their ZIL row
@@ -132,6 +136,7 @@ class SampleModel:
         return min(start + BIN_NS, ends[i]) if i < len(ends) else start + BIN_NS
 
     def _zil(self, ts: int, pool: str, pid: int, txg: int, start: int) -> None:
+        self._throttle(ts, pool, pid, txg, start)
         state = self.zil.pools.get(pool)
         if state is None and "zil" not in self.probes:
             return          # no ZIL probe: no figures, rather than zeros
@@ -141,6 +146,20 @@ class SampleModel:
             self._add(pool, "zil." + name + ("_bytes" if name != "commits" else ""), ts, counts[name])
         if counts["commits"]:
             self._add(pool, "zil.lat_mean_ns", ts, counts["lat_ns"] / counts["commits"])
+
+    def _throttle(self, ts: int, pool: str, pid: int, txg: int, start: int) -> None:
+        """The txg's write throttle, once its line had time to come (a txg with none had nothing
+        delayed); nothing while the throttle is not traced."""
+        if self.txg is None or not self.txg.throttled or pool not in self.txg.pools:
+            return
+        row = next((r for r in reversed(self.txg.pools[pool].rows) if r.txg == txg and r.pid == pid
+                    and r.start_ns == start), None)
+        if row is None:
+            return
+        self._add(pool, "txg.delays", ts, row.delay_count or 0)
+        self._add(pool, "txg.delay_ns", ts, row.delay_ns or 0)
+        if row.dirty_pct is not None:
+            self._add(pool, "txg.dirty_pct", ts, row.dirty_pct)
 
     def _measure(self, t0: int, t1: int) -> None:
         self._vq(t0, t1)

@@ -1,4 +1,5 @@
-"""txg sync state per pool: the recent txgs and statistics over a time window."""
+"""txg sync state per pool: the recent txgs, each with the write throttle while it was open (the
+throttle probe's `txg_thr` line, joined by pool, pid and txg), and statistics over a time window."""
 from __future__ import annotations
 
 from collections import deque
@@ -9,6 +10,9 @@ from zfsobs.model.stats import summary
 
 WINDOW_NS = 60 * 10**9     # statistics cover the last minute of syncs
 KEEP = 5000                # rows kept per pool in live/replay (report keeps all)
+DELAY_BUCKETS = 6          # txg_thr's d0..d5: decades from < 10 us to >= 100 ms
+PENDING = 64               # txg_thr lines kept for a txg row not yet seen (the txg line comes later)
+SAME_SYNC_NS = 10**9       # slack for a txg_thr line against its row's sync (two clocks' reads)
 
 
 @dataclass(slots=True)
@@ -24,9 +28,43 @@ class TxgRow:
     quiesce_ns: int | None
     wait_ns: int | None
     stime_ns: int | None   # spa_txg_history's own sync time (the txgs kstat's stime)
+    # the write throttle while the txg was open (None: not traced; docs/txg.md)
+    dirty_max: int | None = None        # highest dirty data a transaction saw as it was assigned
+    dirty_data_max: int | None = None   # zfs_dirty_data_max when the txg closed
+    delay_min_pct: int | None = None    # zfs_delay_min_dirty_percent then
+    delay_scale: int | None = None      # zfs_delay_scale then
+    delay_count: int | None = None      # transactions throttled (dmu_tx_dirty_delay + wrlog_delay)
+    delay_ns: int | None = None         # their time in dmu_tx_wait()
+    delay_max_ns: int | None = None
+    delay_hist: list | None = None      # delays < 10 us, < 100 us, < 1 ms, < 10 ms, < 100 ms, >= 100 ms
+    txwait_count: int | None = None     # other dmu_tx_wait() calls: waits for a txg
+    txwait_ns: int | None = None
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "dirty_pct": self.dirty_pct}
+
+    @property
+    def dirty_pct(self) -> float | None:
+        """The highest dirty data as % of zfs_dirty_data_max."""
+        if self.dirty_max is None or not self.dirty_data_max or self.dirty_data_max < 0:
+            return None
+        return 100.0 * self.dirty_max / self.dirty_data_max
+
+    def throttle(self, f: dict) -> None:
+        """Add a txg_thr line: bpftrace prints one per txg, DTrace one per flush (docs/events.md):
+        counts and times add up, maxima take the larger, the tunables are the latest."""
+        g = f.get
+        if self.delay_count is None:
+            self.dirty_max, self.delay_count, self.delay_ns, self.delay_max_ns = 0, 0, 0, 0
+            self.txwait_count, self.txwait_ns, self.delay_hist = 0, 0, [0] * DELAY_BUCKETS
+        self.dirty_max = max(self.dirty_max, g("dirty_max", 0))
+        self.delay_max_ns = max(self.delay_max_ns, g("delay_max_ns", 0))
+        self.delay_count += g("delays", 0)
+        self.delay_ns += g("delay_ns", 0)
+        self.txwait_count += g("waits", 0)
+        self.txwait_ns += g("wait_ns", 0)
+        self.delay_hist = [n + g(f"d{i}", 0) for i, n in enumerate(self.delay_hist)]
+        self.dirty_data_max, self.delay_min_pct, self.delay_scale = g("dirty_data_max"), g("delay_min_pct"), g("delay_scale")
 
 
 class PoolTxgs:
@@ -48,15 +86,20 @@ class PoolTxgs:
 
 
 class TxgModel:
-    kinds = ("txg",)
+    kinds = ("txg", "txg_thr")
 
     def __init__(self, keep: int | None = KEEP):
         self.keep = keep
         self.pools: dict[str, PoolTxgs] = {}
+        self.throttled = False                      # a txg_thr line was seen: the throttle is traced
+        self._pending: dict[tuple, dict] = {}      # (pool, pid, txg) -> a txg_thr line before its txg
 
     def feed(self, ev: Event) -> None:
         f = ev.fields
         pool = str(f["pool"])
+        if ev.kind == "txg_thr":
+            self._throttle(pool, ev.ts, f)
+            return
         row = TxgRow(pool, int(f.get("pid") or 0), int(f["txg"]), int(f["start"]), int(f["sync_ns"]),
                      f.get("interval_ns"), f.get("dirty"), f.get("open_ns"), f.get("quiesce_ns"),
                      f.get("wait_ns"), f.get("stime_ns"))
@@ -65,6 +108,27 @@ class TxgModel:
             state = self.pools[pool] = PoolTxgs(self.keep)
         state.rows.append(row)
         state.total += 1
+        for ts, thr in self._pending.pop((pool, row.pid, row.txg), ()):
+            if ts <= row.start_ns + SAME_SYNC_NS:
+                row.throttle(thr)
+
+    def _throttle(self, pool: str, ts: int, f: dict) -> None:
+        """A txg's throttle lines come before its sync ends (bpftrace's as it starts, DTrace's at
+        each flush while it is open), the txg line after; from separate processes, so either may be
+        read first. One process can sync a txg number twice (ztest makes its pool again): a line
+        belongs to a row already read only if it is from before that row's sync ended."""
+        self.throttled = True
+        pid, txg = int(f.get("pid") or 0), int(f["txg"])
+        state = self.pools.get(pool)
+        for row in reversed(state.rows if state else ()):
+            if row.txg == txg and row.pid == pid and ts <= row.start_ns + row.sync_ns + SAME_SYNC_NS:
+                row.throttle(f)
+                return
+            if row.start_ns + row.sync_ns < ts - SAME_SYNC_NS:
+                break
+        self._pending.setdefault((pool, pid, txg), []).append((ts, f))
+        while len(self._pending) > PENDING:
+            del self._pending[next(iter(self._pending))]
 
     def stats(self, pool: str, rows: list[TxgRow] | None = None) -> dict:
         """Sync time, interval and dirty-data statistics over `rows` (default: the window)."""
@@ -76,4 +140,21 @@ class TxgModel:
             "sync_ns": summary([r.sync_ns for r in rows]),
             "interval_ns": summary([r.interval_ns for r in rows if r.interval_ns is not None]),
             "dirty_bytes": summary([r.dirty_bytes for r in rows if r.dirty_bytes is not None]),
+            "throttle": self.throttle_stats(rows),
         }
+
+    def throttle_stats(self, rows: list[TxgRow]) -> dict | None:
+        """The write throttle over `rows`; None when it was not traced. A txg with no line had no
+        transaction assigned or waiting while it was open: nothing delayed."""
+        if not self.throttled:
+            return None
+        seen = [r for r in rows if r.delay_count is not None]
+        pct = [p for r in seen if (p := r.dirty_pct) is not None]
+        hist = [sum(r.delay_hist[i] for r in seen) for i in range(DELAY_BUCKETS)]
+        count = sum(r.delay_count for r in seen)
+        total = sum(r.delay_ns for r in seen)
+        return {"txgs": len(rows), "txgs_delayed": sum(1 for r in seen if r.delay_count),
+                "delay_count": count, "delay_ns": total, "delay_mean_ns": total / count if count else None,
+                "delay_max_ns": max((r.delay_max_ns for r in seen), default=0), "delay_hist": hist,
+                "dirty_pct": summary(pct), "dirty_max": max((r.dirty_max for r in seen), default=None),
+                "txwait_count": sum(r.txwait_count for r in seen), "txwait_ns": sum(r.txwait_ns for r in seen)}

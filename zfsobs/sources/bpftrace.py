@@ -29,7 +29,7 @@ _LOST_RE = re.compile(r"^Lost (\d+) events")     # stdout up to bpftrace 0.23, s
 # bpftrace chatter on stderr that is not an error on these machines ("Attached N probes": 0.24+).
 _NOISE = ("couldn't set RLIMIT_MEMLOCK", "Error while reading traceable functions",
           "WARNING: ", "Attaching ", "Attached ")
-DEFAULT_PROBES = ("txg", "zil", "vdev_queue", "vdev_cache")
+DEFAULT_PROBES = ("txg", "zil", "vdev_queue", "vdev_cache", "throttle")
 # A probe that prints its counts as timed dumps of bpftrace maps (zfsobs/sources/vq_dumps.py), and how long
 # its last dumps take to cover a moment: two 250 ms ticks and a margin.
 _DUMPS, DUMP_DRAIN_S = "zfsobs 1 vq_dump ", 0.6

@@ -6,6 +6,7 @@ from zfsobs.views.units import ms, size
 
 LABELS = {
     "sync_ns": "sync time", "interval_ns": "interval", "dirty_bytes": "dirty data",
+    "dirty_pct": "dirty % of max", "delays": "delayed txs/txg", "delay_ns": "delay time/txg",
     "commits": "commits/txg", "nused_bytes": "N-Bytes/txg", "size_bytes": "B-Bytes/txg",
     "lat_mean_ns": "commit lat mean", "pend_mean": "pending mean", "act_mean": "active mean",
     "act_max": "active max", "max_active": "max_active", "wait_mean_ns": "wait/IO mean",
@@ -26,6 +27,8 @@ def value(metric: str, v: float | None) -> str:
         return f"{ms(v, 3)} ms"
     if metric.endswith("_bytes"):
         return size(v)
+    if metric.endswith("_pct"):
+        return f"{v:.0f}%"
     if metric.endswith("ratio"):
         return f"{100 * v:.0f}%"
     if metric.endswith(("inflation", "amplification")):

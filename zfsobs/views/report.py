@@ -10,6 +10,7 @@ from zfsobs.capture import Capture
 from zfsobs.events import Parser, iter_sorted
 from zfsobs.model import Model
 from zfsobs.model import vdev_queue as vqm
+from zfsobs.model.txg import DELAY_BUCKETS
 from zfsobs.model.vdev_cache import derive
 from zfsobs.model.zil import lat_bounds
 from zfsobs.views.na import blank, dash, unavailable
@@ -35,7 +36,7 @@ def as_dict(capture: Capture, built: tuple[Model, Parser] | None = None) -> dict
                 lost_by_probe=dict(model.lost_by_probe),
                 duration_ns=(model.last_ts - model.first_ts) if model.events else 0,
                 trailer=capture.trailer, warnings=capture.warnings)
-    rows = [r.as_dict() for pool in sorted(model.txg.pools) for r in model.txg.pools[pool].rows]
+    rows = [_txg_row(model, r) for pool in sorted(model.txg.pools) for r in model.txg.pools[pool].rows]
     summary = {pool: model.txg.stats(pool, list(model.txg.pools[pool].rows)) for pool in sorted(model.txg.pools)}
     zil = model.zil
     zil_rows = [r for p in sorted(zil.pools) for r in zil.pools[p].order]
@@ -60,6 +61,15 @@ def as_dict(capture: Capture, built: tuple[Model, Parser] | None = None) -> dict
     return {"meta": meta, "txgs": rows, "zil": [blank(r.as_dict(), zna) for r in zil_rows], "vdev_queue": vq_rows,
             "vdev_cache": vc_rows,
             "summary": {"txg": summary, "zil": zil_summary, "vdev_queue": vq_summary, "vdev_cache": vc_summary}}
+
+
+def _txg_row(model: Model, row) -> dict:
+    """A txg row; with the throttle traced, a txg with no throttle line had nothing delayed or waiting."""
+    out = row.as_dict()
+    if model.txg.throttled and row.delay_count is None:
+        out.update(delay_count=0, delay_ns=0, delay_max_ns=0, delay_hist=[0] * DELAY_BUCKETS,
+                   txwait_count=0, txwait_ns=0)
+    return out
 
 
 def _vdev_cache(model: Model, meta: dict) -> tuple[list[dict], dict]:
@@ -128,7 +138,10 @@ def render(capture: Capture, fmt: str, section: str = "txgs") -> str:
     if fmt == "json":
         return json.dumps(data, indent=1, sort_keys=False) + "\n"
     if fmt == "csv":
-        rows = data[section]
+        # a list (a histogram) is a column per bucket: name0, name1, ...
+        rows = [{k2: v2 for k, v in r.items()
+                 for k2, v2 in ([(f"{k}{i}", x) for i, x in enumerate(v)] if isinstance(v, list) else [(k, v)])}
+                for r in data[section]]
         out = io.StringIO()
         if rows:
             writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
@@ -166,6 +179,7 @@ def _text(data: dict) -> str:
                      + f"   {mib(d['mean'])}/{mib(d['max'])}")
     if not data["summary"]["txg"]:
         lines.append("(no txg synced in this capture)")
+    lines += _throttle_text(data["summary"]["txg"])
     lines.append("")
     lines.append("ZIL                 txgs  commits  lat mean/p50/p99/max ms          itxs  lwbs     N-Bytes     "
                  "B-Bytes  <=4kB 4-32kB >=32kB")
@@ -210,3 +224,20 @@ def _text(data: dict) -> str:
                          f"{asked:>15} {size(st['fill_bytes']):>14} "
                          f"{x(st['inflation']):>10} {x(st['net']):>6} {x(st['amplification']):>18}")
     return "\n".join(lines) + "\n"
+
+
+def _throttle_text(summary: dict) -> list[str]:
+    """The write throttle per pool (docs/txg.md), when it was traced."""
+    pools = {p: st["throttle"] for p, st in summary.items() if st.get("throttle")}
+    if not pools:
+        return []
+    lines = ["", "write throttle        txgs delayed  transactions delayed  delay total s  mean/max ms"
+                 "   dirty % of max p50/p99/max   txg waits"]
+    for pool, th in pools.items():
+        d = th["dirty_pct"]
+        pct = "/".join("-" if d[k] is None else f"{d[k]:.0f}" for k in ("p50", "p99", "max"))
+        lines.append(f"{pool:<20} {th['txgs_delayed']:>5}/{th['txgs']:<6} {th['delay_count']:>20} "
+                     f"{th['delay_ns'] / 1e9:>14.3f}  {ms(th['delay_mean_ns'], 3)}/{ms(th['delay_max_ns'], 3)}".ljust(88)
+                     + f"{pct:>18}   {th['txwait_count']:>9}")
+    return lines
+

@@ -1,5 +1,5 @@
-"""The txg panel: per pool, the latest txgs (sync time, interval, dirty data, state times) and
-sync-time statistics over the last minute, with a sparkline of recent sync times on which the
+"""The txg panel: per pool, the latest txgs (sync time, interval, dirty data, the write throttle,
+state times) and sync-time statistics over the last minute, with a sparkline of recent sync times on which the
 first txg after each tunable change is marked."""
 from __future__ import annotations
 
@@ -31,6 +31,13 @@ def _pool(model: TxgModel, pool: str, nrows: int, changes) -> list:
         (f"{pool}", "bold"), f"  last 60 s: {st['txgs']} txgs  sync ms p50 {ms(s['p50'])}  "
         f"p99 {ms(s['p99'])}  max {ms(s['max'])}   interval ms p50 {ms(iv['p50'])}  "
         f"dirty MiB mean {mib(dirty['mean'])}  max {mib(dirty['max'])}")
+    th = st["throttle"]
+    if th:      # the write throttle (docs/txg.md): how full dirty data got, and what writers waited
+        pct = th["dirty_pct"]["max"]
+        line.append(f"   throttle: dirty max {'-' if pct is None else f'{pct:.0f}'}% of max  "
+                    f"{th['delay_count']} delayed in {th['txgs_delayed']} txgs  "
+                    f"mean {ms(th['delay_mean_ns'])} max {ms(th['delay_max_ns'])} ms",
+                    style="bold red" if th["delay_count"] else "")
     # a txg event comes at sync end: the first txg that ended at or after a change is its first
     # sample; only changes between two txgs of the window (an older one would mark the first)
     ends = [r.start_ns + r.sync_ns for r in window]
@@ -44,8 +51,11 @@ def _pool(model: TxgModel, pool: str, nrows: int, changes) -> list:
     for r in list(window)[-nrows:][::-1]:
         style = "red" if r.sync_ns >= (s["p99"] or 0) and len(window) > 10 else "green"
         bars.append(Text("█" * max(1, round(r.sync_ns / top * BAR_WIDTH)), style=style))
-        rows.append([str(r.txg), str(r.pid), ms(r.sync_ns), ms(r.interval_ns), mib(r.dirty_bytes),
+        pct = r.dirty_pct
+        throttle = ["-" if pct is None else f"{pct:.0f}", str(r.delay_count or 0), ms(r.delay_ns or 0)] if th else []
+        rows.append([str(r.txg), str(r.pid), ms(r.sync_ns), ms(r.interval_ns), mib(r.dirty_bytes), *throttle,
                      ms(r.open_ns), ms(r.quiesce_ns), ms(r.wait_ns)])
-    table = NumericTable(("txg", "pid", "sync ms", "interval ms", "dirty MiB", "open ms", "quiesce ms", "wait ms"),
-                         rows, ("sync time", bars), drop=("wait ms", "quiesce ms", "pid", "open ms"))
+    headers = ("txg", "pid", "sync ms", "interval ms", "dirty MiB") + (("dirty %", "delayed", "delay ms") if th else ()) \
+        + ("open ms", "quiesce ms", "wait ms")
+    table = NumericTable(headers, rows, ("sync time", bars), drop=("wait ms", "quiesce ms", "pid", "open ms"))
     return [line, spark, table]
