@@ -12,7 +12,7 @@ from conftest import guest_run, kernel_lab_ready
 
 CACHE_SIZE = 16 << 20
 # the seed stories' runs (scripts/kernel-fidelity also has awq1/awq10: awqset's two halves show the same)
-SEEDS = ("slog", "noslog", "awqset", "txgt5", "txgt1")
+SEEDS = ("slog", "noslog", "awqset", "txgt5", "txgt1", "dirtyset")
 # per image: the runs of its guest, and its module options (the vdev cache is 2.1's only). Within CI's
 # budget: the tail run (the probes' END delivering open txgs) on the default image, the compiled
 # layouts against module BTF on the newest (and bookworm's --btf image; 2.3.9's measured by hand,

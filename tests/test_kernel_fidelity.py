@@ -72,7 +72,7 @@ def test_every_run_recorded_the_kernel_pool(image):
         assert POOL in report(image.out, run)["txg"], run
         # every probe of every script attached: no function inlined away in this zfs.ko, no field
         # missing from its layouts (the renderer would have dropped the block and said so here)
-        want = {"txg", "zil", "vdev_queue"} | ({"vdev_cache"} if image.has_vdev_cache() else set())
+        want = {"txg", "zil", "vdev_queue", "throttle"} | ({"vdev_cache"} if image.has_vdev_cache() else set())
         assert set(capture.meta["probes"]) == want, (run, capture.meta["probes"].keys())
         assert all(not p["dropped"] for p in capture.meta["probes"].values()), capture.meta["probes"]
         unavailable = capture.meta["unavailable"]
@@ -308,6 +308,35 @@ def test_a_sysfs_change_mid_run_is_a_tunable_event_and_the_queue_follows_it(out)
     assert (m["vq.async_write.max_active"]["before"]["mean"], m["vq.async_write.max_active"]["after"]["mean"]) == (10, 1)
     top = m["vq.async_write.act_max"]
     assert top["before"]["max"] > 2 and top["after"]["max"] == 1, top
+
+
+def test_delayed_transactions_equal_the_dmu_tx_kstat(image):
+    """Every run: the transactions the throttle probe counts as delayed equal the dmu_tx kstat's
+    dmu_tx_dirty_delay + dmu_tx_wrlog_delay delta (dmu_tx_try_assign bumps one as it marks a
+    transaction to wait); the seed image's dirtyset run is throttled thousands of times."""
+    for run in image.recorded:
+        throttle = report(image.out, run)["txg"][POOL]["throttle"]
+        truth = delta(image.out, run, "dmu_tx")
+        assert throttle is not None, run        # every run writes: transactions were assigned
+        assert throttle["delay_count"] == truth["dmu_tx_dirty_delay"] + truth["dmu_tx_wrlog_delay"], (run, throttle, truth)
+    if "dirtyset" in image.recorded:
+        assert report(image.out, "dirtyset")["txg"][POOL]["throttle"]["delay_count"] > 100
+
+
+def test_raising_dirty_data_max_mid_run_ends_the_write_throttle(out):
+    """Seed story 004: buffered writes at 8 MB/s against 4 MiB of dirty data reach the throttle
+    (dirty data past 60 % of the max, writers delayed); 256 MiB set through sysfs half-way gives them
+    room: report --compare shows the delays before the change and none after it."""
+    res = subprocess.run([sys.executable, "-m", "zfsobs", "report", str(out / "dirtyset.cap"), "--compare",
+                          "--format", "json"], cwd=PROJECT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    (diff,) = data["changes"]
+    assert [t["name"] for t in diff["tunables"]] == ["zfs_dirty_data_max"], diff["tunables"]
+    m = diff["metrics"][POOL]
+    delays, pct = m["txg.delays"], m["txg.dirty_pct"]
+    assert delays["before"]["mean"] > 1 and delays["after"]["max"] == 0, delays
+    assert pct["before"]["max"] > 60 and pct["after"]["max"] < 60, pct
 
 
 def test_a_shorter_txg_timeout_gives_more_and_shorter_syncs(out):

@@ -30,12 +30,16 @@ def test_without_root_top_record_report_and_doctor_use_kstat_mode(out):
     assert capture.meta["source"] == "kstat" and "root" in capture.meta["kstat"]["why"], capture.meta.get("kstat")
     assert capture.trailer and not capture.warnings and model.lost == 0
     assert (out / "kstat.cap").stat().st_uid == 65534            # written by nobody
-    assert set(model.probes) == {"txg", "zil", "vdev_queue", "vdev_cache"}
+    assert set(model.probes) == {"txg", "zil", "vdev_queue", "vdev_cache", "throttle"}
     report = json.loads((out / "kstat.json").read_text())
     zil = report["summary"]["zil"][POOL]
     assert zil["commits"] > 100 and zil["lat_p50_ns"] is None and zil["itxs"] is None and zil["size"] is None
     assert all(r["enq"] is None and r["wait_p99_ns"] is None for r in report["vdev_queue"])
     assert report["summary"]["vdev_cache"]["state"] == "disabled"     # the module's default size 0
+    # the dmu_tx kstat counts throttled transactions (0 here: 10 % of memory is room for the burst),
+    # not their time: that is unavailable, not 0
+    throttle = report["summary"]["txg"][POOL]["throttle"]
+    assert throttle is None or (throttle["delay_ns"] is None and throttle["dirty_pct"] is None), throttle
     top = (out / "top.txt").read_text()
     assert "kstat mode" in top and "\x1b[" in top
     for title in ("txg sync", "ZIL", "vdev queue", "vdev_cache"):

@@ -66,8 +66,10 @@ def run(tmp_path_factory):
     report = subprocess.run(ZFSOBS + ["report", str(cap), "--format", "json"], capture_output=True, text=True)
     assert report.returncode == 0, report.stderr
     text = subprocess.run(ZFSOBS + ["report", str(cap)], capture_output=True, text=True).stdout
+    metrics = subprocess.run(ZFSOBS + ["report", str(cap), "--format", "openmetrics"], capture_output=True,
+                             text=True).stdout
     events = list(parse_all(read_capture(str(cap)).lines, Parser()))
-    return {"events": events, "truth": truth, "report": json.loads(report.stdout), "text": text}
+    return {"events": events, "truth": truth, "report": json.loads(report.stdout), "text": text, "metrics": metrics}
 
 
 def lines(run):
@@ -123,3 +125,17 @@ def test_the_report_carries_the_throttle_per_txg_and_per_pool(run):
         assert th["delay_count"] == sum(r["delay_count"] for r in rows if r["pool"] == pool), (pool, th)
     assert any(st["throttle"]["txgs_delayed"] for st in run["report"]["summary"]["txg"].values())
     assert "write throttle" in run["text"]
+
+
+def test_the_openmetrics_export_carries_the_same_totals(run):
+    """The exporter's families, from the same model: the delayed-transaction counter's last sample
+    per pool is the capture's sum (prometheus_client wrote the text)."""
+    last = {}
+    for line in run["metrics"].splitlines():
+        if m := re.match(r'^zfsobs_write_throttle_delayed_transactions_total\{zpool="([^"]+)"\} (\S+)', line):
+            last[m[1]] = float(m[2])
+    sums = defaultdict(int)
+    for f in lines(run):
+        sums[f["pool"]] += f["delays"]
+    assert last and last == {p: float(n) for p, n in sums.items()}, (last, dict(sums))
+

@@ -4,7 +4,8 @@ histogram needs, kept from the first event on, whatever the live views drop.
 Fed the same events as the other model parts, after them. Per pool: txg sync times as a histogram;
 per pool, vdev path and I/O class: the vdev queue's counts and depth integrals, summed over the
 processes and vdev_t incarnations that had that path (a lab pass, a re-import), so a counter never
-goes back; per pool and vdev path: the vdev_cache counts. The ZIL's totals are the ZIL model's own.
+goes back; per pool and vdev path: the vdev_cache counts; per pool: the write throttle's. The ZIL's totals are
+the ZIL model's own.
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from zfsobs.model.vdev_cache import COUNTERS as VC_COUNTERS
 # txg sync time buckets (seconds): a sync takes milliseconds when idle, seconds when dirty data or a
 # slow pool holds it, and zfs_txg_timeout (5 s) is the usual ceiling
 SYNC_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# the throttle probe's waits by time (txg_thr d0..d5): decades, so the histogram is exact
+DELAY_BUCKETS = (1e-5, 1e-4, 1e-3, 1e-2, 0.1)
 VQ_COUNTERS = ("enq", "enq_bytes", "issued", "merged", "aggs", "done", "done_bytes", "wait_ns", "dev_ns",
                "pend_ns", "act_ns", "unseen")
 
@@ -46,10 +49,12 @@ class Histogram:
 
 
 class RunCounters:
-    kinds = ("txg", "vq", "vq_vdev", "vc")
+    kinds = ("txg", "txg_thr", "vq", "vq_vdev", "vc")
 
     def __init__(self):
         self.sync: dict[str, Histogram] = {}
+        self.throttle: dict[str, Counter] = {}      # pool -> delays, delay_ns, waits, wait_ns, d0..d5
+        self.dirty_ratio: dict[str, float] = {}     # pool -> the latest txg's dirty_max / zfs_dirty_data_max
         # the vdev queue per vdev_t incarnation (pid, vd) while it lives; its path comes with its
         # vq_vdev lines, after its first vq lines; a freed one's totals go to its (pool, path, class)
         self.open: dict[tuple, dict] = {}           # (pid, vd) -> {"pool", "path", "cls": {class: ...}}
@@ -62,6 +67,12 @@ class RunCounters:
         f = ev.fields
         if ev.kind == "txg":
             self.sync.setdefault(str(f["pool"]), Histogram(SYNC_BUCKETS)).observe(int(f["sync_ns"]) / 1e9)
+        elif ev.kind == "txg_thr":       # a txg's lines add up (docs/events.md)
+            pool = str(f["pool"])
+            self.throttle.setdefault(pool, Counter()).update(
+                {k: int(f.get(k) or 0) for k in ("delays", "delay_ns", "waits", "wait_ns", "d0", "d1", "d2", "d3", "d4", "d5")})
+            if int(f.get("dirty_data_max") or 0) > 0:
+                self.dirty_ratio[pool] = int(f.get("dirty_max") or 0) / int(f["dirty_data_max"])
         elif ev.kind == "vq_vdev":
             key = (int(f.get("pid") or 0), str(f.get("vd")))
             vdev = self.open.get(key)

@@ -12,6 +12,9 @@ WINDOW_NS = 60 * 10**9     # statistics cover the last minute of syncs
 KEEP = 5000                # rows kept per pool in live/replay (report keeps all)
 DELAY_BUCKETS = 6          # txg_thr's d0..d5: decades from < 10 us to >= 100 ms
 PENDING = 64               # txg_thr lines kept for a txg row not yet seen (the txg line comes later)
+# (row field, txg_thr field, how lines add up)
+THROTTLE_FIELDS = (("dirty_max", "dirty_max", "max"), ("delay_count", "delays", "sum"), ("delay_ns", "delay_ns", "sum"),
+                   ("delay_max_ns", "delay_max_ns", "max"), ("txwait_count", "waits", "sum"), ("txwait_ns", "wait_ns", "sum"))
 SAME_SYNC_NS = 10**9       # slack for a txg_thr line against its row's sync (two clocks' reads)
 
 
@@ -52,19 +55,19 @@ class TxgRow:
 
     def throttle(self, f: dict) -> None:
         """Add a txg_thr line: bpftrace prints one per txg, DTrace one per flush (docs/events.md):
-        counts and times add up, maxima take the larger, the tunables are the latest."""
-        g = f.get
-        if self.delay_count is None:
-            self.dirty_max, self.delay_count, self.delay_ns, self.delay_max_ns = 0, 0, 0, 0
-            self.txwait_count, self.txwait_ns, self.delay_hist = 0, 0, [0] * DELAY_BUCKETS
-        self.dirty_max = max(self.dirty_max, g("dirty_max", 0))
-        self.delay_max_ns = max(self.delay_max_ns, g("delay_max_ns", 0))
-        self.delay_count += g("delays", 0)
-        self.delay_ns += g("delay_ns", 0)
-        self.txwait_count += g("waits", 0)
-        self.txwait_ns += g("wait_ns", 0)
-        self.delay_hist = [n + g(f"d{i}", 0) for i, n in enumerate(self.delay_hist)]
-        self.dirty_data_max, self.delay_min_pct, self.delay_scale = g("dirty_data_max"), g("delay_min_pct"), g("delay_scale")
+        counts and times add up, maxima take the larger, the tunables are the latest. A field a
+        source cannot give (-1, kstat mode) stays None: unavailable, not 0."""
+        for name, key, how in THROTTLE_FIELDS:
+            v = f.get(key)
+            if v is not None:
+                old = getattr(self, name)
+                setattr(self, name, v if old is None else max(old, v) if how == "max" else old + v)
+        hist = [f.get(f"d{i}") for i in range(DELAY_BUCKETS)]
+        if all(n is not None for n in hist):
+            self.delay_hist = [a + b for a, b in zip(self.delay_hist or [0] * DELAY_BUCKETS, hist)]
+        for name in ("dirty_data_max", "delay_min_pct", "delay_scale"):
+            if f.get(name) is not None:
+                setattr(self, name, f[name])
 
 
 class PoolTxgs:
@@ -145,16 +148,24 @@ class TxgModel:
 
     def throttle_stats(self, rows: list[TxgRow]) -> dict | None:
         """The write throttle over `rows`; None when it was not traced. A txg with no line had no
-        transaction assigned or waiting while it was open: nothing delayed."""
+        transaction assigned or waiting while it was open: nothing delayed. A figure no line gave
+        (kstat mode) is None."""
         if not self.throttled:
             return None
         seen = [r for r in rows if r.delay_count is not None]
-        pct = [p for r in seen if (p := r.dirty_pct) is not None]
-        hist = [sum(r.delay_hist[i] for r in seen) for i in range(DELAY_BUCKETS)]
-        count = sum(r.delay_count for r in seen)
-        total = sum(r.delay_ns for r in seen)
+
+        def total(name: str):
+            values = [getattr(r, name) for r in seen if getattr(r, name) is not None]
+            return sum(values) if values or not seen else None
+        count, delay_ns = total("delay_count") or 0, total("delay_ns")
+        hists = [r.delay_hist for r in seen if r.delay_hist is not None]
+        tops = [r.delay_max_ns for r in seen if r.delay_max_ns is not None]
+        dirty = [r.dirty_max for r in seen if r.dirty_max is not None]
         return {"txgs": len(rows), "txgs_delayed": sum(1 for r in seen if r.delay_count),
-                "delay_count": count, "delay_ns": total, "delay_mean_ns": total / count if count else None,
-                "delay_max_ns": max((r.delay_max_ns for r in seen), default=0), "delay_hist": hist,
-                "dirty_pct": summary(pct), "dirty_max": max((r.dirty_max for r in seen), default=None),
-                "txwait_count": sum(r.txwait_count for r in seen), "txwait_ns": sum(r.txwait_ns for r in seen)}
+                "delay_count": count, "delay_ns": delay_ns,
+                "delay_mean_ns": delay_ns / count if count and delay_ns is not None else None,
+                "delay_max_ns": max(tops) if tops else None,
+                "delay_hist": [sum(h[i] for h in hists) for i in range(DELAY_BUCKETS)] if hists else None,
+                "dirty_pct": summary([p for r in seen if (p := r.dirty_pct) is not None]),
+                "dirty_max": max(dirty) if dirty else None,
+                "txwait_count": total("txwait_count"), "txwait_ns": total("txwait_ns")}

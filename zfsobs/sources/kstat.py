@@ -22,6 +22,9 @@ from zfsobs.targets.target import Target
 READ_NS = 10**9
 ZIL_NA = ("lat_ns", "lat_max_ns", "lat_hist", "itxs", "itx_bytes", "writes", "write_bytes", "size",
           "lwb_le4k", "lwb_4to32k", "lwb_ge32k", "tx")
+# the dmu_tx kstat counts throttled transactions, not their time, nor dirty data per txg
+THR_NA = ("delay_ns", "dirty_max", "dirty_pct", "delay_mean_ns", "delay_max_ns", "delay_hist", "txwait_count",
+          "txwait_ns")
 VC_NA = ("reads", "read_bytes", "hit_bytes", "miss_bytes", "declined", "declined_bytes")
 ALL_POOLS = "*"      # a global kstat (zil, vdev_cache_stats) while several pools are imported
 
@@ -43,7 +46,7 @@ def _raw_to_mono(tries: int = 8) -> int:
 class KstatSource:
     tracer = "zpool iostat"      # the one helper process (selfcost measures it)
 
-    def __init__(self, target: Target, probes=("txg", "zil", "vdev_queue", "vdev_cache"),
+    def __init__(self, target: Target, probes=("txg", "zil", "vdev_queue", "vdev_cache", "throttle"),
                  tunables: dict | None = None, pools=None, why: str = ""):
         if target.kind != "kernel":
             raise ZfsobsError("kstat mode reads the zfs kernel module's kstats; the userland lab (libzpool) "
@@ -61,7 +64,9 @@ class KstatSource:
         self.vc = "vdev_cache" in probes and os.path.exists(f"{kstats.KSTAT}/vdev_cache_stats")
         if "vdev_cache" in probes and not self.vc:
             self.unavailable["vdev_cache"] = "no vdev_cache_stats kstat (OpenZFS >= 2.2 removed the vdev cache)"
-        self.names = ["txg"] + ["zil"] * self.zil + ["vdev_queue"] * bool(self.queue) + ["vdev_cache"] * self.vc
+        self.throttle = "throttle" in probes and os.path.exists(f"{kstats.KSTAT}/dmu_tx")
+        self.names = (["txg"] + ["zil"] * self.zil + ["vdev_queue"] * bool(self.queue) + ["vdev_cache"] * self.vc
+                      + ["throttle"] * self.throttle)
         self.meta = {
             "zfsobs": __version__, "host": platform.node(), "kernel": platform.release(), "source": "kstat",
             "kstat": {"why": why, "read_s": READ_NS / 1e9, "queue_sample_s": SAMPLE_S},
@@ -73,7 +78,7 @@ class KstatSource:
         self._next = 0
         self._txg_last: dict[str, int] = {}        # pool -> the last txg emitted
         self._txg_start: dict[str, int] = {}       # pool -> its sync start (for interval_ns)
-        self._zil_base = self._vc_base = None
+        self._zil_base = self._vc_base = self._thr_base = None
         self._zil_rows: dict[tuple[str, int], dict] = {}
         self._zil_open: dict[str, int] = {}
         self._vc_last: dict | None = None
@@ -86,6 +91,7 @@ class KstatSource:
         self._t0_raw = time.clock_gettime_ns(time.CLOCK_MONOTONIC_RAW)
         self._zil_base = kstats.named(kstats.read(f"{kstats.KSTAT}/zil") or "") if self.zil else None
         self._vc_base = kstats.named(kstats.read(f"{kstats.KSTAT}/vdev_cache_stats") or "") if self.vc else None
+        self._thr_base = kstats.named(kstats.read(f"{kstats.KSTAT}/dmu_tx") or "") if self.throttle else None
         if self.queue is not None:
             self.queue.start()
         return self
@@ -94,7 +100,7 @@ class KstatSource:
         lines = []
         if not self.attached:
             self.attached = True
-            na = {"zil": ZIL_NA, "vdev_queue": VQ_NA, "vdev_cache": VC_NA}
+            na = {"zil": ZIL_NA, "vdev_queue": VQ_NA, "vdev_cache": VC_NA, "throttle": THR_NA}
             now = time.monotonic_ns()
             lines += [format_line("hello", now, {"probe": n, "target": "kernel", "src": "kstat",
                                                  **({"na": ",".join(na[n])} if n in na else {})}) for n in self.names]
@@ -123,6 +129,8 @@ class KstatSource:
             lines += self._zil(pools, opened)
         if self.vc:
             lines += self._vdev_cache(pools)
+        if self.throttle:
+            lines += self._throttle(pools, opened)
         return lines
 
     def _txgs(self, pool: str, rows: dict, offset: int) -> list[str]:
@@ -186,6 +194,25 @@ class KstatSource:
     def _zil_line(self, ts: int, pool: str, txg: int, final: int) -> str:
         return format_line("zil", ts, {"pool": pool, "pid": 0, "txg": txg, "cpu": 0, "final": final,
                                        **self._zil_rows[(pool, txg)]})
+
+    def _throttle(self, pools: list[str], opened: dict) -> list[str]:
+        """The global dmu_tx kstat's throttled transactions of a second, as a txg_thr line of the txg
+        open at its end (a txg's lines add up), like the ZIL's; several pools: `*`, txg 0."""
+        now = kstats.named(kstats.read(f"{kstats.KSTAT}/dmu_tx") or "")
+        d = {k: v - self._thr_base.get(k, 0) for k, v in now.items()}
+        self._thr_base = now
+        delays = d.get("dmu_tx_dirty_delay", 0) + d.get("dmu_tx_wrlog_delay", 0)
+        over = d.get("dmu_tx_dirty_over_max", 0)
+        if not pools or not (delays or over):
+            return []
+        pool, txg = (pools[0], opened.get(pools[0])) if len(pools) == 1 else (ALL_POOLS, 0)
+        if txg is None:
+            return []
+        return [format_line("txg_thr", time.monotonic_ns(), {
+            "pool": pool, "pid": 0, "txg": txg, "delays": delays, "over_max": over,
+            "dirty_data_max": kstats.param("zfs_dirty_data_max"),
+            "delay_min_pct": kstats.param("zfs_delay_min_dirty_percent"),
+            "delay_scale": kstats.param("zfs_delay_scale"), "delay_ns": None})]
 
     def _vdev_cache(self, pools: list[str]) -> list[str]:
         """vdev_cache_stats since the session began, one line when it or the tunables change. A

@@ -8,6 +8,7 @@ from __future__ import annotations
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from zfsobs.model import Model
+from zfsobs.model.counters import DELAY_BUCKETS
 from zfsobs.model.vdev_queue import CLASSES
 from zfsobs.model.zil import LAT_BUCKETS, lat_bounds
 
@@ -36,7 +37,7 @@ def families(model: Model, info: dict, cost: dict | None = None, ts: float | Non
     """Every family as of now (live, ts None) or stamped ts (seconds since the epoch: an export).
     A family whose figures the source cannot give (kstat mode's `na`) is left out, never sent as 0."""
     out = [_info(info, ts)]
-    out += _txg(model, ts) + _zil(model, ts) + _vq(model, ts) + _vc(model, ts)
+    out += _txg(model, ts) + _throttle(model, ts) + _zil(model, ts) + _vq(model, ts) + _vc(model, ts)
     tun = GaugeMetricFamily("zfsobs_tunable_value", "A ZFS tunable as zfsobs last read it (a change "
                             "is a step: changes() finds them)", labels=["name"])
     for name, value in sorted(model.tuning.values.items()):
@@ -73,6 +74,36 @@ def _txg(model: Model, ts) -> list:
         h.add_metric([pool], [(repr(le) if le != float("inf") else "+Inf", n) for le, n in hist.cumulative()],
                      hist.total, timestamp=ts)
     return [h]
+
+
+def _throttle(model: Model, ts) -> list:
+    """The write throttle (docs/txg.md), where it is traced."""
+    if not model.counters.throttle:
+        return []
+    delayed = CounterMetricFamily("zfsobs_write_throttle_delayed_transactions", "Transactions the write "
+                                  "throttle held back (the dmu_tx kstat's dmu_tx_dirty_delay + dmu_tx_wrlog_delay)",
+                                  labels=["zpool"])
+    delay = HistogramMetricFamily("zfsobs_write_throttle_delay_seconds", "Time throttled transactions waited "
+                                  "in dmu_tx_wait()", labels=["zpool"], unit="seconds")
+    waits = CounterMetricFamily("zfsobs_write_throttle_txg_waits", "Other dmu_tx_wait() calls: a "
+                                "transaction waiting for a txg", labels=["zpool"])
+    wait_s = CounterMetricFamily("zfsobs_write_throttle_txg_wait_seconds", "Time of those waits", labels=["zpool"],
+                                 unit="seconds")
+    ratio = GaugeMetricFamily("zfsobs_write_throttle_dirty_ratio", "The latest txg's highest dirty data "
+                              "over zfs_dirty_data_max (the delay starts at zfs_delay_min_dirty_percent)",
+                              labels=["zpool"])
+    for pool, c in sorted(model.counters.throttle.items()):
+        delayed.add_metric([pool], c["delays"], timestamp=ts)
+        seen, buckets = 0, []
+        for i, le in enumerate(DELAY_BUCKETS + (float("inf"),)):
+            seen += c[f"d{i}"]
+            buckets.append((repr(le) if le != float("inf") else "+Inf", seen))
+        delay.add_metric([pool], buckets, c["delay_ns"] / 1e9, timestamp=ts)
+        waits.add_metric([pool], c["waits"], timestamp=ts)
+        wait_s.add_metric([pool], c["wait_ns"] / 1e9, timestamp=ts)
+        if pool in model.counters.dirty_ratio:
+            ratio.add_metric([pool], model.counters.dirty_ratio[pool], timestamp=ts)
+    return [delayed, delay, waits, wait_s, ratio]
 
 
 def _zil(model: Model, ts) -> list:

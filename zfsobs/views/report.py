@@ -51,7 +51,10 @@ def as_dict(capture: Capture, built: tuple[Model, Parser] | None = None) -> dict
     vq_rows, vq_summary = _vdev_queue(model)
     vc_rows, vc_summary = _vdev_cache(model, meta)
     # kstat mode: what the source could not give is null, not 0
-    zna, qna, cna = (unavailable(model, p) for p in ("zil", "vdev_queue", "vdev_cache"))
+    zna, qna, cna, tna = (unavailable(model, p) for p in ("zil", "vdev_queue", "vdev_cache", "throttle"))
+    rows = [blank(r, tna) for r in rows]
+    for st in summary.values():
+        st["throttle"] = st["throttle"] and blank(st["throttle"], tna)
     zil_summary = {p: blank(st, zna) for p, st in zil_summary.items()}
     vq_rows = [blank(r, qna) for r in vq_rows]
     vq_summary = {p: {c: blank(st, qna) for c, st in classes.items()} for p, classes in vq_summary.items()}
@@ -234,10 +237,11 @@ def _throttle_text(summary: dict) -> list[str]:
     lines = ["", "write throttle        txgs delayed  transactions delayed  delay total s  mean/max ms"
                  "   dirty % of max p50/p99/max   txg waits"]
     for pool, th in pools.items():
-        d = th["dirty_pct"]
-        pct = "/".join("-" if d[k] is None else f"{d[k]:.0f}" for k in ("p50", "p99", "max"))
+        d = th["dirty_pct"] or {}     # None: kstat mode counts delays only (docs/kstat.md)
+        pct = "/".join("-" if d.get(k) is None else f"{d[k]:.0f}" for k in ("p50", "p99", "max"))
+        total = "-" if th["delay_ns"] is None else f"{th['delay_ns'] / 1e9:.3f}"
         lines.append(f"{pool:<20} {th['txgs_delayed']:>5}/{th['txgs']:<6} {th['delay_count']:>20} "
-                     f"{th['delay_ns'] / 1e9:>14.3f}  {ms(th['delay_mean_ns'], 3)}/{ms(th['delay_max_ns'], 3)}".ljust(88)
-                     + f"{pct:>18}   {th['txwait_count']:>9}")
+                     f"{total:>14}  {ms(th['delay_mean_ns'], 3)}/{ms(th['delay_max_ns'], 3)}".ljust(88)
+                     + f"{pct:>18}   {dash(th['txwait_count']):>9}")
     return lines
 
