@@ -132,7 +132,7 @@ def test_the_openmetrics_export_carries_the_same_totals(run):
     per pool is the capture's sum (prometheus_client wrote the text)."""
     last = {}
     for line in run["metrics"].splitlines():
-        if m := re.match(r'^zfsobs_write_throttle_delayed_transactions_total\{zpool="([^"]+)"\} (\S+)', line):
+        if m := re.match(r'^zfsobs_write_throttle_delayed_transactions_total\{.*zpool="([^"]+)".*\} (\S+) ', line):
             last[m[1]] = float(m[2])
     sums = defaultdict(int)
     for f in lines(run):
