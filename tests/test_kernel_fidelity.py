@@ -324,9 +324,10 @@ def test_delayed_transactions_equal_the_dmu_tx_kstat(image):
 
 
 def test_raising_dirty_data_max_mid_run_ends_the_write_throttle(out):
-    """Seed story 004: buffered writes at 8 MB/s against 4 MiB of dirty data reach the throttle
-    (dirty data past 60 % of the max, writers delayed); 256 MiB set through sysfs half-way gives them
-    room: report --compare shows the delays before the change and none after it."""
+    """Seed story 004: a 64 MiB burst of buffered writes against 4 MiB of dirty data reaches the
+    throttle (dirty data past 60 % of the max, writers delayed); the same burst after 256 MiB is set
+    through sysfs fits under the 60 %: report --compare shows the delays before the change and none
+    after it."""
     res = subprocess.run([sys.executable, "-m", "zfsobs", "report", str(out / "dirtyset.cap"), "--compare",
                           "--format", "json"], cwd=PROJECT, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
@@ -335,7 +336,7 @@ def test_raising_dirty_data_max_mid_run_ends_the_write_throttle(out):
     assert [t["name"] for t in diff["tunables"]] == ["zfs_dirty_data_max"], diff["tunables"]
     m = diff["metrics"][POOL]
     delays, pct = m["txg.delays"], m["txg.dirty_pct"]
-    assert delays["before"]["mean"] > 1 and delays["after"]["max"] == 0, delays
+    assert delays["before"]["max"] > 10 and delays["after"]["max"] == 0, delays
     assert pct["before"]["max"] > 60 and pct["after"]["max"] < 60, pct
 
 

@@ -56,8 +56,8 @@ def test_every_probe_offset_compiled_equals_the_modules_btf(got):
 
 def test_every_member_of_the_structs_they_read_equals_the_modules_btf(got):
     """Not only the names the probes use: every named member offset and the size of zio, vdev,
-    vdev_queue, zilog, lwb, itx and dsl_pool, so a flag or config macro that moved anything shows."""
-    assert got["structs"] == ["dsl_pool", "itx", "lwb", "vdev", "vdev_queue", "zilog", "zio"]
+    vdev_queue, zilog, lwb, itx, dsl_pool and dmu_tx, so a flag or config macro that moved anything shows."""
+    assert got["structs"] == ["dmu_tx", "dsl_pool", "itx", "lwb", "vdev", "vdev_queue", "zilog", "zio"]
     differ = {n: (got["compiled"].get(n), got["btf"].get(n)) for n in set(got["compiled"]) | set(got["btf"])
               if got["compiled"].get(n) != got["btf"].get(n)}
     assert set(differ) <= {"ZIO_FLAG_DONT_QUEUE"} and all(b is None for _, b in differ.values()), differ
@@ -66,8 +66,8 @@ def test_every_member_of_the_structs_they_read_equals_the_modules_btf(got):
 
 def test_the_probe_scripts_rendered_with_either_are_the_same(got):
     """So the stock image runs byte for byte the bpftrace programs the --btf image runs."""
-    scripts = ["txg", "vdev_cache", "vdev_queue", "zil"] if got["version"].startswith("2.1.") else \
-        ["txg", "vdev_queue", "zil"]       # no vdev cache from 2.2 on: that script is absent, says why
+    scripts = ["throttle", "txg", "vdev_cache", "vdev_queue", "zil"] if got["version"].startswith("2.1.") else \
+        ["throttle", "txg", "vdev_queue", "zil"]       # no vdev cache from 2.2 on: that script is absent, says why
     assert got["rendered_equal"] == scripts, got["rendered_equal"]
     assert all("removed in OpenZFS 2.2.0" in why for why in got.get("absent", {}).values()), got.get("absent")
     assert got["rendered_layouts"][0].startswith("compiled")
