@@ -32,8 +32,8 @@ GRACE_NS = 2 * 10**9    # a bin is measured once every busy vdev has reported pa
 JOIN_NS = 10**9         # the zil and txg probes are two processes: wait this long for a txg's ZIL row
 KEEP_NS = 600 * 10**9   # live and replay keep the last 10 minutes
 GROUPS = ("txg", "zil", "vq", "vc")
-NAMES = ("sync_ns", "interval_ns", "dirty_bytes", "dirty_pct", "delays", "delay_ns", "commits", "nused_bytes", "size_bytes", "lat_mean_ns",
-         "pend_mean", "act_mean", "act_max", "max_active", "wait_mean_ns", "hit_ratio", "inflation",
+NAMES = ("sync_ns", "interval_ns", "dirty_bytes", "dirty_pct", "delays", "delay_ns", "commits", "nused_bytes",
+         "size_bytes", "lat_mean_ns", "pend_mean", "act_mean", "act_max", "max_active", "wait_mean_ns", "hit_ratio", "inflation",
          "amplification")
 
 
@@ -156,8 +156,10 @@ class SampleModel:
                     and r.start_ns == start), None)
         if row is None:
             return
-        self._add(pool, "txg.delays", ts, row.delay_count or 0)
-        self._add(pool, "txg.delay_ns", ts, row.delay_ns or 0)
+        traced = row.delay_count is not None      # no line: nothing delayed
+        self._add(pool, "txg.delays", ts, row.delay_count if traced else 0)
+        if row.delay_ns is not None or not traced:      # kstat mode counts delays, not their time
+            self._add(pool, "txg.delay_ns", ts, row.delay_ns or 0)
         if row.dirty_pct is not None:
             self._add(pool, "txg.dirty_pct", ts, row.dirty_pct)
 

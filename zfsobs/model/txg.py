@@ -95,7 +95,7 @@ class TxgModel:
         self.keep = keep
         self.pools: dict[str, PoolTxgs] = {}
         self.throttled = False                      # a txg_thr line was seen: the throttle is traced
-        self._pending: dict[tuple, dict] = {}      # (pool, pid, txg) -> a txg_thr line before its txg
+        self._pending: dict[tuple, list] = {}      # (pool, pid, txg) -> [(ts, txg_thr line)] before its txg
 
     def feed(self, ev: Event) -> None:
         f = ev.fields
