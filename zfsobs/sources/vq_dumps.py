@@ -185,6 +185,8 @@ class VqDumps:
 
     def _vq(self, end: int, key: tuple, sums: dict, tops, last: bool) -> list[str]:
         pid, vd, gen, cls = key
+        if last:    # ZFS frees only an idle vdev: its final lines read it so (docs/fidelity.md, "Open")
+            sums.update({PEND: 0, ACT: 0, PEND_US: 0, ACT_US: 0})
         get = sums.get
         pend, act = get(PEND, 0), get(ACT, 0)
         end_us = end // 1000
