@@ -29,7 +29,7 @@ from zfsobs.labs.guest import (BUILDER, GUEST_LAYOUTS, POOL, PROJECT, cache_dir,
                                  parse_layout, parse_module_options, parse_size, parse_workload, probe_accel,
                                  setup_script)
 from zfsobs.procs import die_with_parent
-from zfsobs.signals import Terminated
+from zfsobs.signals import Terminated, whole
 
 AGENT = PROJECT / "scripts" / "kernel-lab-guest"
 QEMU = "qemu-system-x86_64"
@@ -191,9 +191,10 @@ class KernelLab:
               f"layout {self.layout.name}, pool {POOL}, workload {self.workload}, project at {PROJECT} "
               "(read-only)", file=sys.stderr)
         env = dict(os.environ, TMPDIR=str(self.dir))   # qemu's snapshot overlay lands in our temp dir
-        self.qemu = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                     preexec_fn=lambda: die_with_parent(signal.SIGKILL))
+        with whole():      # a Ctrl-C inside Popen would leave a qemu that stop() never sees
+            self.qemu = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                         preexec_fn=lambda: die_with_parent(signal.SIGKILL))
         deadline = t0 + self.timeout
         sel = selectors.DefaultSelector()
         for name, s in listeners.items():

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from zfsobs.errors import ZfsobsError
 from zfsobs.procs import die_with_parent, in_group, remove_stale
+from zfsobs.signals import whole
 from zfsobs.targets.target import Target, libzpool, linked_library
 
 ZTEST = "/usr/sbin/ztest"
@@ -121,9 +122,10 @@ class Lab:
         for opt in self.options:
             cmd += ["-o", opt]
         self.log = open(os.path.join(self.dir, "ztest.log"), "wb")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env,
-                                     stdin=subprocess.DEVNULL, start_new_session=True,
-                                     preexec_fn=die_with_parent)
+        with whole():      # a Ctrl-C inside Popen would leave a ztest that stop() never sees
+            self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env,
+                                         stdin=subprocess.DEVNULL, start_new_session=True,
+                                         preexec_fn=die_with_parent)
         self.started = time.monotonic()
         return self
 

@@ -19,7 +19,7 @@ from zfsobs.errors import ZfsobsError
 from zfsobs.events import format_line
 from zfsobs.targets.render import Rendered, render
 from zfsobs.procs import die_with_parent, remove_stale
-from zfsobs.signals import stop_pending
+from zfsobs.signals import stop_pending, whole
 from zfsobs.sources.stop_marker import StopMarker
 from zfsobs.targets.target import Target
 from zfsobs.sources.end_maps import EndMaps
@@ -181,10 +181,11 @@ class BpftraceSource:
             path = os.path.join(self._dir, r.name + ".bt")
             with open(path, "w") as f:
                 f.write(r.text + (self._marker.probe() if self._marker else ""))
-            proc = subprocess.Popen(self.command(path), stdout=subprocess.PIPE, env=_BPFTRACE_ENV,
-                                    stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                                    bufsize=1, preexec_fn=_child_setup, start_new_session=True)
-            self._procs.append((r.name, proc))
+            with whole():     # a Ctrl-C inside Popen would leave a child that close() never sees
+                proc = subprocess.Popen(self.command(path), stdout=subprocess.PIPE, env=_BPFTRACE_ENV,
+                                        stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                                        bufsize=1, preexec_fn=_child_setup, start_new_session=True)
+                self._procs.append((r.name, proc))
             self._stderr[r.name] = []
             for stream, is_err in ((proc.stdout, False), (proc.stderr, True)):
                 pump = threading.Thread(target=self._pump, args=(r.name, stream, is_err), daemon=True)

@@ -14,6 +14,7 @@ from collections import deque
 from zfsobs.sources import kstats
 from zfsobs.events import format_line
 from zfsobs.procs import die_with_parent
+from zfsobs.signals import whole
 
 SAMPLE_S = 0.2
 FLUSH_NS = 10**9
@@ -36,8 +37,9 @@ class QueueSampler:
         # -P: leaves by path (as vdev_path in the probes' lines); -y: no since-boot report;
         # -T u: a timestamp line starts each sample, which is how samples are told apart
         cmd = [self.zpool, "iostat", "-q", "-v", "-H", "-p", "-P", "-y", "-T", "u", *self.pools, str(SAMPLE_S)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                     text=True, bufsize=1, preexec_fn=die_with_parent, start_new_session=True)
+        with whole():      # a Ctrl-C inside Popen would leave a zpool that close() never sees
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                         text=True, bufsize=1, preexec_fn=die_with_parent, start_new_session=True)
         threading.Thread(target=self._pump, daemon=True).start()
 
     def _pump(self) -> None:
