@@ -14,6 +14,18 @@ import pytest
 DATA = os.path.join(os.path.dirname(__file__), "data")
 
 
+def streams(lines: list[str]) -> tuple[list[str], list[str]]:
+    """A capture's two streams of lines, each in the order it came: the digested counter lines
+    (V records) and all others (E records). Between them, the order follows the records' flushes."""
+    from zfsobs.capture.digest import digestible
+    from zfsobs.events import Parser
+    parser, counters, others = Parser(), [], []
+    for line in lines:
+        ev = parser.parse(line)
+        (counters if ev is not None and digestible(ev) else others).append(line)
+    return counters, others
+
+
 def recorded_capture() -> str:
     paths = sorted(glob.glob(os.path.join(DATA, "lab-*.cap")))
     assert paths, "tests/data has no recorded capture; run ./scripts/record-fixtures"

@@ -5,7 +5,7 @@ import struct
 
 import pytest
 
-from zfsobs.capture import FILE_MAGIC, CaptureWriter, read_capture
+from zfsobs.capture import FILE_MAGIC, FORMAT_VERSION, CaptureWriter, read_capture
 from zfsobs.errors import ZfsobsError
 
 META = {"host": "h", "target": {"kind": "libzpool"}}
@@ -33,7 +33,7 @@ def test_round_trip(tmp_path):
     write(path, [lines(10), lines(5, 10)])
     cap = read_capture(str(path))
     assert cap.lines == lines(15)
-    assert cap.meta["host"] == "h" and cap.meta["format"] == "zfsobs-capture" and cap.meta["version"] == 1
+    assert cap.meta["host"] == "h" and cap.meta["format"] == "zfsobs-capture" and cap.meta["version"] == FORMAT_VERSION == 2
     assert cap.trailer["lines"] == 15 and cap.trailer["reason"] == "test"
     assert cap.warnings == []
 

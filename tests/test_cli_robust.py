@@ -20,8 +20,9 @@ import zlib
 
 import pytest
 
-from conftest import lab_ready, recorded_capture
+from conftest import lab_ready, recorded_capture, streams
 from zfsobs.capture import _FILE_HEAD, _REC_HEAD, FILE_MAGIC, RECORD_MAGIC, CaptureWriter, read_capture
+from zfsobs.capture.format import LINES_HEAD, deflate, record
 from zfsobs.sources.bpftrace import DEFAULT_PROBES
 
 ZFSOBS = [sys.executable, "-m", "zfsobs"]
@@ -220,7 +221,9 @@ def zip_bomb(path: str, payload: int) -> None:
     chunk, packer = line * ((1 << 20) // len(line)), zlib.compressobj(1)
     body = b"".join(packer.compress(chunk) for _ in range(payload // len(chunk))) + packer.flush()
     with open(path, "ab") as f:
+        body = LINES_HEAD.pack(0, 1000) + body
         f.write(_REC_HEAD.pack(RECORD_MAGIC, b"E", len(body), zlib.crc32(b"E" + body)) + body)
+        f.write(record(b"T", deflate(b'{"reason": "quit"}')))     # no warning line before the error
 
 
 def test_out_of_memory_is_an_internal_error_line(tmp_path):
@@ -298,7 +301,7 @@ def test_an_internal_error_in_a_session_closes_its_capture(fake_session, tmp_pat
     got = read_capture(cap)
     assert not got.warnings and fake_session.closed
     assert got.trailer["reason"] == "error" and got.trailer["error"] == "RuntimeError: a bug in a source"
-    assert got.lines == [line for line in fake_session.given if is_event_line(line)]
+    assert streams(got.lines) == streams([line for line in fake_session.given if is_event_line(line)])
     assert got.trailer["lines"] == len(got.lines) > 1000
 
 

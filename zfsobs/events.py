@@ -66,7 +66,7 @@ def parse_all(lines, parser: "Parser") -> list[Event]:
 _TS = itemgetter(3)
 
 
-def _low_ts(lines: list[str]) -> float:
+def low_ts(lines: list[str]) -> float:
     """A lower bound of the ts of every line in `lines` that parses (same split as Parser.parse)."""
     try:
         return min(map(int, map(_TS, map(methodcaller("split", None, 4), lines))), default=float("inf"))
@@ -86,7 +86,7 @@ def iter_sorted(lines: list[str], parser: "Parser", chunk: int = 1 << 14):
     starts = range(0, len(lines), chunk)
     later = [float("inf")] * (len(starts) + 1)      # later[k]: lowest ts from chunk k on
     for k in reversed(range(len(starts))):
-        later[k] = min(later[k + 1], _low_ts(lines[starts[k]:starts[k] + chunk]))
+        later[k] = min(later[k + 1], low_ts(lines[starts[k]:starts[k] + chunk]))
     ts = attrgetter("ts")
     pending: list[Event] = []
     for k, i in enumerate(starts):

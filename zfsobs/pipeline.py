@@ -47,7 +47,7 @@ class Pipeline:
         if ev is not None and not self._wanted(ev):
             return
         if self.capture is not None and is_event_line(line):
-            self.capture.add(line)      # malformed ones too: replay must count what live counted
+            self.capture.add(line, ev)      # malformed ones too: replay must count what live counted
         if ev is None:
             return
         self.kept += 1

@@ -170,4 +170,5 @@ class VdevCacheModel:
     def rows(self) -> list[tuple[Vdev, dict]]:
         """Whole-capture counters per vdev incarnation, busiest first within a pool."""
         return sorted(((v, v.totals()) for v in self.vdevs.values()),
-                      key=lambda item: (item[0].pool, -item[1]["reads"], item[0].path))
+                      key=lambda item: (item[0].pool, -item[1]["reads"], item[0].path, item[0].pid, item[0].vd,
+                                        item[0].gen))     # a total order: the same whatever came first

@@ -271,5 +271,6 @@ class VdevQueueModel:
             out["pend_max"], out["act_max"] = s.peak_pend, s.peak_act
             out["seconds"] = span / 1e9
             rows.append((self.vdev(s), s, out))
-        rows.sort(key=lambda r: (r[0].pool, r[0].path, r[0].pid, r[1].cls))
+        # a total order: the same whatever came first (a report from digests: zfsobs/capture/digest.py)
+        rows.sort(key=lambda r: (r[0].pool, r[0].path, r[0].pid, r[1].cls, r[1].vd, r[1].gen))
         return rows

@@ -7,7 +7,7 @@ import io
 import json
 
 from zfsobs.capture import Capture
-from zfsobs.events import Parser, iter_sorted
+from zfsobs.events import Parser
 from zfsobs.model import Model
 from zfsobs.model import vdev_queue as vqm
 from zfsobs.model.txg import DELAY_BUCKETS
@@ -19,11 +19,13 @@ from zfsobs.views.units import ms, mib, size
 SECTIONS = ("txgs", "zil", "vdev_queue", "vdev_cache")
 
 
-def build(capture: Capture, samples: bool = True) -> tuple[Model, Parser]:
+def build(capture: Capture, samples: bool = True, digests: bool = True) -> tuple[Model, Parser]:
+    """The whole capture's model. Without time-binned samples, a digest stands for the counter
+    lines it covers (zfsobs/capture/digest.py): the same whole-capture figures, O(records)."""
     parser = Parser()
     model = Model(keep=None, samples=samples)
     feed = model.feed
-    for ev in iter_sorted(capture.lines, parser):     # not a list of them: a day's capture is GBs
+    for ev in capture.events(parser, digests=digests and not samples):   # streamed: a week is GBs of lines
         feed(ev)
     return model, parser
 

@@ -1,0 +1,60 @@
+"""The capture file's framing (docs/capture.md): the file head, and records that each stand alone.
+
+    FILE_MAGIC | u16 version, then records:  b"ZR" | kind | u32 length | u32 crc32(kind + body) | body
+
+Version 1 bodies are zlib payloads. Version 2 line records (E: every line but the digested
+counters, V: those counters) start with a plain u32 sequence number and i64 lowest event ts, so a
+reader can order and skip them without inflating them; G (digest) records say what a report needs
+of a span of V records (zfsobs/capture/digest.py).
+"""
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+
+FORMAT_NAME = "zfsobs-capture"
+FORMAT_VERSION = 2
+FILE_MAGIC = b"\x89ZFSOBS\n"
+RECORD_MAGIC = b"ZR"
+_FILE_HEAD = struct.Struct("<8sH")
+_REC_HEAD = struct.Struct("<2scII")
+LINES_HEAD = struct.Struct("<Iq")      # v2 E and V bodies: sequence number, lowest event ts
+NO_TS = (1 << 63) - 1                  # a record with no event (only malformed lines)
+MAX_RECORD = 64 << 20      # a larger length field is damage, not data
+MAX_PAYLOAD = 256 << 20
+LINE_KINDS = (b"E", b"V")
+# Header fields the views read, and their types: one of another type is damage (or another
+# tool's), left out with a warning rather than failing a view.
+HEADER_TYPES = {"target": dict, "lab": dict, "probes": dict, "unavailable": dict, "tunables": dict,
+                "pools": list, "tunables_watched": list, "start_wall_ns": int, "start_mono_ns": int}
+
+
+def record(kind: bytes, body: bytes) -> bytes:
+    return _REC_HEAD.pack(RECORD_MAGIC, kind, len(body), zlib.crc32(kind + body)) + body
+
+
+def lines_body(seq: int, low_ts: int, lines: list[str]) -> bytes:
+    return LINES_HEAD.pack(seq & 0xFFFFFFFF, max(-NO_TS, min(low_ts, NO_TS))) + deflate(("\n".join(lines) + "\n").encode())
+
+
+def deflate(payload: bytes) -> bytes:
+    return zlib.compress(payload, 6)
+
+
+def inflate(body: bytes) -> bytes | None:
+    """The payload, or None for damage (a record that inflates past any sane size is damage)."""
+    try:
+        inflater = zlib.decompressobj()
+        payload = inflater.decompress(body, MAX_PAYLOAD)
+    except zlib.error:
+        return None
+    return None if inflater.unconsumed_tail else payload
+
+
+def as_json(payload: bytes | None) -> dict | None:
+    try:
+        value = json.loads(payload)
+    except (TypeError, ValueError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None

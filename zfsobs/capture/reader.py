@@ -1,0 +1,230 @@
+"""Reading captures: one pass over the records keeps their places, not their lines, so a report on
+a week of recording holds what its model holds, not the file. Damage yields warnings and a readable
+prefix; never an exception other than ZfsobsError (missing, foreign or too-new files)."""
+from __future__ import annotations
+
+import zlib
+from array import array
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Iterator
+
+from zfsobs.capture import digest
+from zfsobs.capture.format import (FILE_MAGIC, FORMAT_NAME, FORMAT_VERSION, HEADER_TYPES, LINE_KINDS, LINES_HEAD,
+                                   MAX_RECORD, RECORD_MAGIC, _FILE_HEAD, _REC_HEAD, as_json, inflate)
+from zfsobs.errors import ZfsobsError
+from zfsobs.events import Event, Parser, iter_sorted
+
+CHUNK = 1 << 20
+
+
+@dataclass
+class Capture:
+    path: str
+    meta: dict
+    trailer: dict | None
+    warnings: list[str] = field(default_factory=list)
+    version: int = FORMAT_VERSION
+    # line records in file order: kind (E/V), body offset and length, sequence number, lowest ts
+    kinds: bytearray = field(default_factory=bytearray)
+    offsets: array = field(default_factory=lambda: array("q"))
+    lengths: array = field(default_factory=lambda: array("q"))
+    seqs: array = field(default_factory=lambda: array("q"))
+    lows: array = field(default_factory=lambda: array("q"))
+    digests: list = field(default_factory=list)      # (offset, length, head) of intact G records
+    _lines: list[str] | None = None
+    _damaged: int = 0
+    _file: object = None
+
+    @property
+    def lines(self) -> list[str]:
+        """Every event line in file order (what replay and the time-binned views read)."""
+        if self._lines is None:
+            self._lines = [line for i in range(len(self.kinds)) for line in self._record_lines(i)]
+            self._note_damage()
+        return self._lines
+
+    def events(self, parser: Parser, digests: bool = True) -> Iterator[Event]:
+        """Every event in time order (ts, then file order), as parse_all gives it. With `digests`,
+        the V records an intact digest covers are skipped and its picked lines are fed instead:
+        a whole-capture report's figures are the same (zfsobs/capture/digest.py)."""
+        if self.version < 2:
+            yield from iter_sorted(self.lines, parser)
+            return
+        covered = sorted((h["seqs"][0], h["seqs"][1]) for _, _, h in self.digests) if digests else []
+        chunks = [(self.lows[i], i) for i in range(len(self.kinds))
+                  if self.kinds[i] == ord("E") or not _inside(covered, self.seqs[i])]
+        chunks += [(h["low"], -1 - j) for j, (_, _, h) in enumerate(self.digests)] if digests else []
+        chunks.sort(key=lambda c: self.offsets[c[1]] if c[1] >= 0 else self.digests[-1 - c[1]][0])   # file order
+        later = [float("inf")] * (len(chunks) + 1)     # later[k]: lowest ts from chunk k on
+        for k in reversed(range(len(chunks))):
+            later[k] = min(later[k + 1], chunks[k][0])
+        ts, pending = attrgetter("ts"), []
+        for k, (_, i) in enumerate(chunks):
+            if i >= 0:
+                lines = self._record_lines(i)
+            else:
+                off, length, head = self.digests[-1 - i]
+                picked = digest.read(self._body(off, length))
+                lines = picked[1] if picked else []
+                parser.events += head["lines"] - head["picked"]    # the lines the digest stands for
+            pending.extend(filter(None, map(parser.parse, lines)))
+            pending.sort(key=ts)
+            cut = bisect_left(pending, later[k + 1], key=ts)
+            yield from pending[:cut]
+            del pending[:cut]
+        self._note_damage()
+
+    def _record_lines(self, i: int) -> list[str]:
+        body = self._body(self.offsets[i], self.lengths[i])
+        if body is None:
+            self._damaged += 1
+            return []
+        return body.decode("utf-8", "replace").splitlines()
+
+    def _body(self, offset: int, length: int) -> bytes | None:
+        if self._file is None:
+            self._file = open(self.path, "rb")     # closed with the Capture (CPython: when unreferenced)
+        self._file.seek(offset)
+        body = self._file.read(length)
+        return inflate(body) if len(body) == length else None
+
+    def _note_damage(self) -> None:
+        """Records whose CRC held but whose payload does not inflate: found only when read."""
+        if self._damaged:
+            self.warnings.append(f"{self._damaged} record(s) that do not inflate skipped")
+            self._damaged = 0
+
+
+def _inside(ranges: list[tuple[int, int]], seq: int) -> bool:
+    """Whether seq is in one of the ranges (sorted by their start)."""
+    i = bisect_right(ranges, (seq, float("inf"))) - 1
+    return i >= 0 and any(lo <= seq <= hi for lo, hi in ranges[max(0, i - 1):i + 1])
+
+
+def read_capture(path: str) -> Capture:
+    """Walk a capture's records once: its header, trailer and warnings, and where its lines are."""
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise ZfsobsError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ZfsobsError(f"{path}: is a directory, not a capture") from None
+    except OSError as exc:
+        raise ZfsobsError(f"{path}: cannot read: {exc.strerror}") from None
+    with f:
+        try:
+            return _walk(path, _Buffer(f))
+        except IsADirectoryError:
+            raise ZfsobsError(f"{path}: is a directory, not a capture") from None
+        except OSError as exc:
+            raise ZfsobsError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+class _Buffer:
+    """The file as a window that slides forward: at most a record (64 MiB) held at a time."""
+
+    def __init__(self, f):
+        self.f, self.base, self.data, self.eof = f, 0, bytearray(), False
+
+    def have(self, pos: int, n: int) -> bool:
+        """Whether bytes [pos, pos + n) exist; they are then in self.data at pos - self.base."""
+        if pos - self.base + n <= len(self.data):
+            return True
+        del self.data[:pos - self.base]
+        self.base = pos
+        while len(self.data) < n and not self.eof:
+            chunk = self.f.read(max(CHUNK, n - len(self.data)))
+            self.eof = not chunk
+            self.data += chunk
+        return len(self.data) >= n
+
+    def find(self, pos: int) -> int:
+        """The next RECORD_MAGIC at or after pos, or -1."""
+        while True:
+            self.have(pos, 0)
+            at = self.data.find(RECORD_MAGIC, pos - self.base)
+            if at >= 0:
+                return self.base + at
+            if self.eof:
+                return -1
+            pos = self.base + max(0, len(self.data) - 1)
+            self.have(pos, len(self.data) - (pos - self.base) + CHUNK)
+
+
+def _walk(path: str, buf: _Buffer) -> Capture:
+    if not buf.have(0, len(FILE_MAGIC)) or bytes(buf.data[:8]) != FILE_MAGIC or not buf.have(0, _FILE_HEAD.size):
+        raise ZfsobsError(f"{path}: not a zfsobs capture (no {FORMAT_NAME} signature)")
+    _, version = _FILE_HEAD.unpack_from(buf.data)
+    if version > FORMAT_VERSION:
+        raise ZfsobsError(f"{path}: capture format {version} is newer than this zfsobs reads "
+                          f"({FORMAT_VERSION}); upgrade zfsobs")
+    cap = Capture(path, {}, None, version=version)
+    meta, pos, skipped, seq = None, _FILE_HEAD.size, 0, 0
+    while buf.have(pos, 1):
+        rec = _record_at(buf, pos)
+        if rec is None:
+            nxt = buf.find(pos + 1)
+            if nxt < 0:
+                buf.have(pos, 1)
+                size = buf.base + len(buf.data) - pos
+                cap.warnings.append(f"last {size} bytes are an incomplete record (ignored)")
+                break
+            skipped += 1
+            pos = nxt
+            continue
+        kind, start, body, pos = rec
+        if kind in LINE_KINDS and (version >= 2 or kind == b"E"):
+            if version >= 2:
+                if len(body) < LINES_HEAD.size:
+                    skipped += 1
+                    continue
+                rseq, low = LINES_HEAD.unpack_from(body)
+                start += LINES_HEAD.size
+            else:
+                rseq, low = seq, 0
+            cap.kinds.append(kind[0])
+            cap.offsets.append(start)
+            cap.lengths.append(len(body) - (LINES_HEAD.size if version >= 2 else 0))
+            cap.seqs.append(rseq)
+            cap.lows.append(low)
+            seq += 1
+            continue
+        payload = inflate(body)
+        if payload is None:
+            skipped += 1
+        elif kind == b"H" and meta is None:
+            meta = as_json(payload)
+        elif kind == b"T":
+            cap.trailer = as_json(payload)
+        elif kind == b"G" and version >= 2:
+            got = digest.read(payload)
+            if got is not None and type(got[0].get("low")) is int:
+                cap.digests.append((start, len(body), got[0]))
+    if skipped:
+        cap.warnings.append(f"{skipped} damaged record(s) skipped")
+    if meta is None:
+        raise ZfsobsError(f"{path}: capture header missing or damaged; nothing readable")
+    for key, kind in HEADER_TYPES.items():
+        if key in meta and (not isinstance(meta[key], kind) or isinstance(meta[key], bool)):
+            cap.warnings.append(f"header field {key!r} is not a {kind.__name__} (ignored)")
+            del meta[key]
+    cap.meta = meta
+    if cap.trailer is None:
+        cap.warnings.append("no trailer: the recording did not end cleanly (data up to the last flush is here)")
+    return cap
+
+
+def _record_at(buf: _Buffer, pos: int):
+    """(kind, body offset, body, next pos) of an intact record at pos, or None."""
+    if not buf.have(pos, _REC_HEAD.size):
+        return None
+    magic, kind, length, crc = _REC_HEAD.unpack_from(buf.data, pos - buf.base)
+    if magic != RECORD_MAGIC or length > MAX_RECORD or not buf.have(pos, _REC_HEAD.size + length):
+        return None
+    start = pos + _REC_HEAD.size
+    body = bytes(buf.data[start - buf.base:start - buf.base + length])
+    if zlib.crc32(kind + body) != crc:
+        return None
+    return kind, start, body, start + length
