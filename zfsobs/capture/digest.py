@@ -22,6 +22,7 @@ from zfsobs.model.vdev_queue import CLASSES
 DIGESTED = frozenset(("vq", "vq_lat", "vq_vdev", "vc"))
 SPAN_SECONDS = 300.0     # a report parses at most this much of the counter lines past the last digest
 FORGET_NS = 600 * 10**9  # a vdev idle this long has its incarnation state forgotten
+_DEPTHS = frozenset((int, type(None)))      # a depth field: a number, or absent (-1)
 
 
 def digestible(ev: Event) -> bool:
@@ -35,7 +36,7 @@ def digestible(ev: Event) -> bool:
             return False
         if ev.kind == "vq_lat":
             return type(f.get("kind")) is int
-        return all(type(f.get(k)) in (int, type(None)) for k in ("pend", "act", "pend_max", "act_max"))
+        return _DEPTHS.issuperset(map(type, map(f.get, ("pend", "act", "pend_max", "act_max"))))
     return True
 
 
