@@ -102,7 +102,8 @@ class PoolZil:
         self.keep = keep
         self.totals: Counter = Counter()      # run totals; rows may be dropped (keep)
         self.lat_totals = [0] * LAT_BUCKETS   # the run's commit latency histogram
-        self.flow: deque[tuple[int, Counter]] = deque()   # (ts, deltas) for rates
+        self.flow: deque[tuple[int, Counter]] = deque()   # (ts, deltas) for rates, in arrival order
+        self.flowed = 0                       # entries ever appended to flow (zilstat takes each once)
 
     def row(self, ev: Event) -> ZilRow:
         key = (int(ev.get("pid", 0)), int(ev.fields["txg"]))
@@ -167,6 +168,7 @@ class ZilModel:
             row.lat_max_ns = max(row.lat_max_ns, int(f.get("lat_max_ns") or 0))
             if delta:
                 state.flow.append((ev.ts, delta))
+                state.flowed += 1
                 while state.flow and ev.ts - state.flow[0][0] > FLOW_KEEP_NS:
                     state.flow.popleft()
         elif ev.kind == "zil_itx":
