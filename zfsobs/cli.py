@@ -229,10 +229,10 @@ def _replay(capture, args) -> int:
         from zfsobs.views.replay import run_replay
         run_replay(capture, Console(), args.speed)
         return 0
-    from zfsobs.events import Parser, parse_all
+    from zfsobs.events import Parser
     from zfsobs.views.lines import TxgLines
     lines = TxgLines(capture.meta)
-    for ev in parse_all(capture.lines, Parser()):
+    for ev in capture.events(Parser(), digests=False):     # streamed: a day's capture is GBs of lines
         lines(ev)
     return 0
 
