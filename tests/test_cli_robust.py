@@ -221,7 +221,7 @@ def zip_bomb(path: str, payload: int) -> None:
     chunk, packer = line * ((1 << 20) // len(line)), zlib.compressobj(1)
     body = b"".join(packer.compress(chunk) for _ in range(payload // len(chunk))) + packer.flush()
     with open(path, "ab") as f:
-        body = LINES_HEAD.pack(0, 1000) + body
+        body = LINES_HEAD.pack(0, 1000, 1000) + body
         f.write(_REC_HEAD.pack(RECORD_MAGIC, b"E", len(body), zlib.crc32(b"E" + body)) + body)
         f.write(record(b"T", deflate(b'{"reason": "quit"}')))     # no warning line before the error
 

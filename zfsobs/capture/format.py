@@ -3,8 +3,8 @@
     FILE_MAGIC | u16 version, then records:  b"ZR" | kind | u32 length | u32 crc32(kind + body) | body
 
 Version 1 bodies are zlib payloads. Version 2 line records (E: every line but the digested
-counters, V: those counters) start with a plain u32 sequence number and i64 lowest event ts, so a
-reader can order and skip them without inflating them; G (digest) records say what a report needs
+counters, V: those counters) start with a plain u32 sequence number and the i64 lowest and highest
+event ts, so a reader can order and skip them without inflating them; G (digest) records say what a report needs
 of a span of V records (zfsobs/capture/digest.py).
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ FILE_MAGIC = b"\x89ZFSOBS\n"
 RECORD_MAGIC = b"ZR"
 _FILE_HEAD = struct.Struct("<8sH")
 _REC_HEAD = struct.Struct("<2scII")
-LINES_HEAD = struct.Struct("<Iq")      # v2 E and V bodies: sequence number, lowest event ts
+LINES_HEAD = struct.Struct("<Iqq")     # v2 E and V bodies: sequence number, lowest and highest event ts
 NO_TS = (1 << 63) - 1                  # a record with no event (only malformed lines)
 MAX_RECORD = 64 << 20      # a larger length field is damage, not data
 MAX_PAYLOAD = 256 << 20
@@ -34,8 +34,9 @@ def record(kind: bytes, body: bytes) -> bytes:
     return _REC_HEAD.pack(RECORD_MAGIC, kind, len(body), zlib.crc32(kind + body)) + body
 
 
-def lines_body(seq: int, low_ts: int, lines: list[str]) -> bytes:
-    return LINES_HEAD.pack(seq & 0xFFFFFFFF, max(-NO_TS, min(low_ts, NO_TS))) + deflate(("\n".join(lines) + "\n").encode())
+def lines_body(seq: int, low_ts: int, high_ts: int, lines: list[str]) -> bytes:
+    low, high = (max(-NO_TS, min(t, NO_TS)) for t in (low_ts, high_ts))
+    return LINES_HEAD.pack(seq & 0xFFFFFFFF, low, high) + deflate(("\n".join(lines) + "\n").encode())
 
 
 def deflate(payload: bytes) -> bytes:

@@ -6,15 +6,15 @@ from __future__ import annotations
 import zlib
 from array import array
 from bisect import bisect_left, bisect_right
+from collections import deque
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Iterator
 
 from zfsobs.capture import digest
 from zfsobs.capture.format import (FILE_MAGIC, FORMAT_NAME, FORMAT_VERSION, HEADER_TYPES, LINE_KINDS, LINES_HEAD,
-                                   MAX_RECORD, RECORD_MAGIC, _FILE_HEAD, _REC_HEAD, as_json, inflate)
+                                   MAX_RECORD, NO_TS, RECORD_MAGIC, _FILE_HEAD, _REC_HEAD, as_json, inflate)
 from zfsobs.errors import ZfsobsError
-from zfsobs.events import Event, Parser, iter_sorted
+from zfsobs.events import Event, Parser
 
 CHUNK = 1 << 20
 
@@ -26,12 +26,14 @@ class Capture:
     trailer: dict | None
     warnings: list[str] = field(default_factory=list)
     version: int = FORMAT_VERSION
-    # line records in file order: kind (E/V), body offset and length, sequence number, lowest ts
+    # line records in file order: kind (E/V), body offset and length, sequence number, lowest and
+    # highest ts (format 1: unknown, 0)
     kinds: bytearray = field(default_factory=bytearray)
     offsets: array = field(default_factory=lambda: array("q"))
     lengths: array = field(default_factory=lambda: array("q"))
     seqs: array = field(default_factory=lambda: array("q"))
     lows: array = field(default_factory=lambda: array("q"))
+    highs: array = field(default_factory=lambda: array("q"))
     digests: list = field(default_factory=list)      # (offset, length, head) of intact G records
     _lines: list[str] | None = None
     _damaged: int = 0
@@ -45,36 +47,26 @@ class Capture:
             self._note_damage()
         return self._lines
 
-    def events(self, parser: Parser, digests: bool = True) -> Iterator[Event]:
+    def events(self, parser: Parser, digests: bool = True) -> "EventStream":
         """Every event in time order (ts, then file order), as parse_all gives it. With `digests`,
         the V records an intact digest covers are skipped and its picked lines are fed instead:
         a whole-capture report's figures are the same (zfsobs/capture/digest.py)."""
-        if self.version < 2:
-            yield from iter_sorted(self.lines, parser)
-            return
+        return EventStream(self, parser, digests)
+
+    def last_ts(self) -> int | None:
+        """The ts of the last event (format 1: found by reading every event)."""
+        if self.version >= 2:
+            return max((h for h in self.highs if h != -NO_TS), default=None)
+        return max((ev.ts for ev in self.events(Parser(), digests=False)), default=None)
+
+    def _chunks(self, digests: bool) -> list[tuple[int, int]]:
+        """(lowest ts, record index, or -1 - digest index) of what a reader reads, in file order."""
         covered = sorted((h["seqs"][0], h["seqs"][1]) for _, _, h in self.digests) if digests else []
         chunks = [(self.lows[i], i) for i in range(len(self.kinds))
                   if self.kinds[i] == ord("E") or not _inside(covered, self.seqs[i])]
         chunks += [(h["low"], -1 - j) for j, (_, _, h) in enumerate(self.digests)] if digests else []
-        chunks.sort(key=lambda c: self.offsets[c[1]] if c[1] >= 0 else self.digests[-1 - c[1]][0])   # file order
-        later = [float("inf")] * (len(chunks) + 1)     # later[k]: lowest ts from chunk k on
-        for k in reversed(range(len(chunks))):
-            later[k] = min(later[k + 1], chunks[k][0])
-        ts, pending = attrgetter("ts"), []
-        for k, (_, i) in enumerate(chunks):
-            if i >= 0:
-                lines = self._record_lines(i)
-            else:
-                off, length, head = self.digests[-1 - i]
-                picked = digest.read(self._body(off, length))
-                lines = picked[1] if picked else []
-                parser.events += head["lines"] - head["picked"]    # the lines the digest stands for
-            pending.extend(filter(None, map(parser.parse, lines)))
-            pending.sort(key=ts)
-            cut = bisect_left(pending, later[k + 1], key=ts)
-            yield from pending[:cut]
-            del pending[:cut]
-        self._note_damage()
+        chunks.sort(key=lambda c: self.offsets[c[1]] if c[1] >= 0 else self.digests[-1 - c[1]][0])
+        return chunks
 
     def _record_lines(self, i: int) -> list[str]:
         body = self._body(self.offsets[i], self.lengths[i])
@@ -95,6 +87,60 @@ class Capture:
         if self._damaged:
             self.warnings.append(f"{self._damaged} record(s) that do not inflate skipped")
             self._damaged = 0
+
+
+class EventStream:
+    """A capture's events in time order, read a record at a time: a record's events go out once no
+    later record (by the lowest ts in their heads) can hold an earlier ts. Format 1 has no such
+    bounds: its events go out at the end, all sorted. Its place can be kept and gone back to
+    (replay's step back, zfsobs/views/replay.py)."""
+
+    def __init__(self, cap: Capture, parser: Parser, digests: bool):
+        self.cap, self.parser = cap, parser
+        self.chunks = cap._chunks(digests)
+        self.later = [float("inf")] * (len(self.chunks) + 1)     # later[k]: lowest ts from chunk k on
+        for k in reversed(range(len(self.chunks))):
+            self.later[k] = min(self.later[k + 1], self.chunks[k][0])
+        self.k, self.pending, self.ready = 0, [], deque()
+
+    def __iter__(self) -> "EventStream":
+        return self
+
+    def __next__(self) -> Event:
+        while not self.ready:
+            if self.k >= len(self.chunks):
+                self.cap._note_damage()
+                raise StopIteration
+            self._read(self.k)
+            self.k += 1
+        return self.ready.popleft()
+
+    def _read(self, k: int) -> None:
+        i = self.chunks[k][1]
+        if i >= 0:
+            lines = self.cap._record_lines(i)
+        else:
+            off, length, head = self.cap.digests[-1 - i]
+            picked = digest.read(self.cap._body(off, length))
+            lines = picked[1] if picked else []
+            self.parser.events += head["lines"] - head["picked"]    # the lines the digest stands for
+        pending = self.pending
+        pending.extend(filter(None, map(self.parser.parse, lines)))
+        pending.sort(key=_TS)
+        cut = bisect_left(pending, self.later[k + 1], key=_TS)
+        self.ready.extend(pending[:cut])
+        del pending[:cut]
+
+    def place(self) -> tuple:
+        """Where the stream is (the events handed out so far are the model's business)."""
+        return self.k, list(self.pending), list(self.ready)
+
+    def go(self, place: tuple) -> None:
+        self.k, pending, ready = place
+        self.pending, self.ready = list(pending), deque(ready)
+
+
+_TS = attrgetter("ts")
 
 
 def _inside(ranges: list[tuple[int, int]], seq: int) -> bool:
@@ -180,15 +226,16 @@ def _walk(path: str, buf: _Buffer) -> Capture:
                 if len(body) < LINES_HEAD.size:
                     skipped += 1
                     continue
-                rseq, low = LINES_HEAD.unpack_from(body)
+                rseq, low, high = LINES_HEAD.unpack_from(body)
                 start += LINES_HEAD.size
             else:
-                rseq, low = seq, 0
+                rseq, low, high = seq, 0, 0
             cap.kinds.append(kind[0])
             cap.offsets.append(start)
             cap.lengths.append(len(body) - (LINES_HEAD.size if version >= 2 else 0))
             cap.seqs.append(rseq)
             cap.lows.append(low)
+            cap.highs.append(high)
             seq += 1
             continue
         payload = inflate(body)

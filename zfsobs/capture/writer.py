@@ -25,12 +25,13 @@ FLUSH_BYTES = 1 << 20
 
 
 class _Lines:
-    """Lines waiting for their record, and their lowest event ts."""
+    """Lines waiting for their record, and their lowest and highest event ts."""
 
     def __init__(self):
         self.lines: list[str] = []
         self.size = 0
         self.low = NO_TS
+        self.high = -NO_TS
 
 
 class CaptureWriter:
@@ -64,12 +65,14 @@ class CaptureWriter:
         buf.lines.append(line)
         buf.size += len(line) + 1
         if ev is not None:
-            buf.low = min(buf.low, ev.ts)
+            buf.low, buf.high = min(buf.low, ev.ts), max(buf.high, ev.ts)
             self._high_ts = max(self._high_ts, ev.ts)
             if kind == b"V":
                 self._digest.add(line, ev)
         else:        # a reader's parse may still find a ts in it (e.g. a caller that parsed nothing)
-            buf.low = min(buf.low, low_ts([line]))
+            ts = low_ts([line])
+            if ts != float("inf"):
+                buf.low, buf.high = min(buf.low, ts), max(buf.high, ts)
         if buf.size >= FLUSH_BYTES:
             self.flush()
 
@@ -83,7 +86,7 @@ class CaptureWriter:
         with whole():
             for kind, buf in self._buf.items():
                 if buf.lines:
-                    self._write(record(kind, lines_body(self._seq, buf.low, buf.lines)))
+                    self._write(record(kind, lines_body(self._seq, buf.low, buf.high, buf.lines)))
                     if kind == b"V":
                         self._digest.covered(self._seq)
                     self._seq += 1

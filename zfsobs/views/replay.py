@@ -1,15 +1,20 @@
 """Replay a capture through the same screen: space pause, t / T one sample (1 s) forward / back,
-j jump 10 s forward, r rewind, + / - speed, q quit. A step back rebuilds the model from the start:
-the model is a pure function of the events up to the cursor."""
+j jump 10 s forward, r rewind, + / - speed, q quit. The model is a pure function of the events up
+to the cursor: it is fed from a stream of the capture's records (memory: the live model's, not the
+capture's), and every SNAP_NS of event time played its state is kept, compressed, so a step back
+restarts from the latest kept state before the cursor instead of from the start."""
 from __future__ import annotations
 
+import pickle
 import time
+import zlib
+from bisect import bisect_right
 
 from rich.console import Console
 from rich.live import Live
 
 from zfsobs.capture import Capture
-from zfsobs.events import Event, Parser, parse_all
+from zfsobs.events import Parser
 from zfsobs.model import Model
 from zfsobs.views.keys import Keys
 from zfsobs.views.screen import Fit, render_screen
@@ -17,32 +22,61 @@ from zfsobs.views.status import Status
 
 SAMPLE_NS = 10**9
 JUMP_NS = 10 * 10**9
+SNAP_NS = 60 * 10**9          # a step back feeds at most this much of the capture again
+SNAP_BUDGET = 256 << 20       # kept states past this: every other one is dropped
 
 
 class Replayer:
-    def __init__(self, capture: Capture, speed: float = 1.0):
-        self.parser = Parser()
-        self.events: list[Event] = parse_all(capture.lines, self.parser)
-        self.start = self.events[0].ts if self.events else 0
-        self.end = self.events[-1].ts if self.events else 0
-        self.status = Status(capture.meta, mode="replay", malformed=self.parser.malformed,
-                             speed=speed, end_ns=self.end - self.start, warnings=capture.warnings)
+    def __init__(self, capture: Capture, speed: float = 1.0, snap_ns: int = SNAP_NS):
+        self.capture = capture
+        self.snap_ns = snap_ns
+        self.snaps: dict[int, bytes] = {}     # ts -> the state with every event up to ts fed
+        self._begin()
+        self.start = self.next.ts if self.next else 0
+        self.end = max(capture.last_ts() or self.start, self.start)
+        self.status = Status(capture.meta, mode="replay", speed=speed, end_ns=self.end - self.start,
+                             warnings=capture.warnings)
         self.cursor = self.start
-        self._reset()
 
-    def _reset(self) -> None:
+    def _begin(self) -> None:
+        self.parser = Parser()
+        self.stream = self.capture.events(self.parser, digests=False)
         self.model = Model()
-        self.index = 0
+        self.next = next(self.stream, None)
+        self._snapped = None
 
     def seek(self, ts: int) -> None:
         ts = min(max(ts, self.start), self.end)
         if ts < self.cursor:
-            self._reset()
+            self._back_to(ts)
         self.cursor = ts
-        while self.index < len(self.events) and self.events[self.index].ts <= ts:
-            self.model.feed(self.events[self.index])
-            self.index += 1
+        while self.next is not None and self.next.ts <= ts:
+            ev = self.next
+            self.model.feed(ev)
+            self.next = next(self.stream, None)
+            if self.next is not None and self.next.ts > ev.ts and ev.ts - (self._snapped or self.start) >= self.snap_ns:
+                self._snap(ev.ts)
         self.status.cursor_ns = self.cursor - self.start
+        self.status.malformed = self.parser.malformed
+
+    def _snap(self, ts: int) -> None:
+        state = (self.model, self.parser, self.stream.place(), self.next)
+        self.snaps[ts] = zlib.compress(pickle.dumps(state, pickle.HIGHEST_PROTOCOL), 1)
+        self._snapped = ts
+        if sum(map(len, self.snaps.values())) > SNAP_BUDGET:
+            for old in sorted(self.snaps)[::2]:
+                del self.snaps[old]
+
+    def _back_to(self, ts: int) -> None:
+        keys = sorted(self.snaps)
+        i = bisect_right(keys, ts) - 1
+        if i < 0:
+            self._begin()
+            return
+        self.model, self.parser, place, self.next = pickle.loads(zlib.decompress(self.snaps[keys[i]]))
+        self.stream = self.capture.events(self.parser, digests=False)
+        self.stream.go(place)
+        self._snapped = keys[i]
 
     def key(self, key: str) -> bool:
         st = self.status
