@@ -19,7 +19,7 @@ RATE_WINDOW_NS = 5 * 10**9
 
 
 class Model:
-    def __init__(self, keep: int | None = KEEP, samples: bool = True):
+    def __init__(self, keep: int | None = KEEP, samples: bool = True, counters: bool = True):
         self.txg = TxgModel(keep)
         self.zil = ZilModel(keep)
         self.vq = VdevQueueModel(prune=keep is not None)
@@ -33,7 +33,9 @@ class Model:
         self._routes: dict[str, list] = {}
         # samples last: it reads what the other parts made of the same event
         # samples=False: a plain report reads no samples, and binning them is a third of its time
-        for part in (self.txg, self.zil, self.vq, self.vc, self.tuning, self.counters) + ((self.samples,) if samples else ()):
+        # counters=False: a report reads none of the run totals (Prometheus's), a third of its model time
+        parts = (self.txg, self.zil, self.vq, self.vc, self.tuning) + ((self.counters,) if counters else ())
+        for part in parts + ((self.samples,) if samples else ()):
             for kind in part.kinds:
                 self._routes.setdefault(kind, []).append(part)
         self.lost = 0

@@ -23,7 +23,7 @@ def build(capture: Capture, samples: bool = True, digests: bool = True) -> tuple
     """The whole capture's model. Without time-binned samples, a digest stands for the counter
     lines it covers (zfsobs/capture/digest.py): the same whole-capture figures, O(records)."""
     parser = Parser()
-    model = Model(keep=None, samples=samples)
+    model = Model(keep=None, samples=samples, counters=samples)
     feed = model.feed
     for ev in capture.events(parser, digests=digests and not samples):   # streamed: a week is GBs of lines
         feed(ev)
