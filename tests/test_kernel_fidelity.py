@@ -115,8 +115,10 @@ def test_zil_commits_and_log_writes_equal_the_zil_kstat(image):
         assert zil.get("commits", 0) == truth["zil_commit_count"], (run, zil, truth)
         assert zil.get("lwbs", 0) == truth["zil_itx_metaslab_normal_count"] + truth["zil_itx_metaslab_slog_count"], \
             (run, zil, truth)
-    assert report(out, "fidelity")["zil"][POOL]["commits"] > 1000
-    assert "tail" not in image.recorded or report(out, "tail")["zil"][POOL]["commits"] > 100
+    # floors against an idle run only (the equalities above are the test): 15 s of fsynced writes
+    # gave 9006-25468 commits quiet, 823 on trixie beside a CI run's load (TCG); tail's 5 s, 1934-5219
+    assert report(out, "fidelity")["zil"][POOL]["commits"] > 200
+    assert "tail" not in image.recorded or report(out, "tail")["zil"][POOL]["commits"] > 50
 
 
 def test_zil_counts_equal_the_pools_own_objset_kstats(image):
