@@ -13,7 +13,7 @@ from prometheus_client.samples import Sample
 
 from zfsobs import __version__
 from zfsobs.capture import Capture
-from zfsobs.events import Parser, parse_all
+from zfsobs.events import Parser
 from zfsobs.model import Model
 from zfsobs.views.prometheus import families
 
@@ -48,7 +48,7 @@ def export(capture: Capture, out: IO[bytes], step_s: float = 15.0, instance: str
 
     step = int(step_s * 1e9)
     nxt = None
-    for ev in parse_all(capture.lines, Parser()):
+    for ev in capture.events(Parser(), digests=False):     # streamed: the capture's lines never all held
         if nxt is None:
             nxt = ev.ts + step
         while ev.ts >= nxt:
