@@ -96,3 +96,46 @@ def test_report_csv_and_text_agree_with_json(capture_path):
     for pool, st in data["summary"]["txg"].items():
         line = next(l for l in text.splitlines() if l.startswith(pool))
         assert f"{st['sync_ns']['max'] / 1e6:.3f}" in line
+
+
+def test_a_report_whose_rows_outgrow_the_model_is_the_same_report(capture_path, monkeypatch):
+    """A long capture's txg and ZIL rows leave the model for the ledger (views/ledger.py) as newer
+    ones come: with the model keeping 7 rows, not 5000, the report is the same, byte for byte."""
+    cap = read_capture(capture_path)
+    whole = {fmt: report.render(cap, fmt) for fmt in ("json", "text")}
+    zil_csv = report.render(cap, "csv", "zil")
+    monkeypatch.setattr("zfsobs.model.KEEP", 7)
+    model, _ = built = report.build(cap, samples=False)
+    assert all(len(s.rows) <= 7 for s in model.txg.pools.values())
+    assert sum(s.n for s in model.ledger.txg_stats.values()) == len(json.loads(whole["json"])["txgs"]) > 7
+    assert {fmt: report.render(cap, fmt) for fmt in ("json", "text")} == whole
+    assert report.render(cap, "csv", "zil") == zil_csv
+    assert report.as_dict(cap, built) == json.loads(whole["json"])
+
+
+def test_the_report_max_rate_is_the_busiest_second_of_the_whole_capture(capture_path, monkeypatch):
+    """Max-Rate in a report covers every second, not the 10 minutes of flow the live view keeps:
+    with the flow and its seconds kept 2 s here, the 20 s capture's answer is the brute-force one."""
+    from zfsobs.model import zil
+    cap = read_capture(capture_path)
+    data = json.loads(report.render(cap, "json"))
+    seen = {}
+    real_add = zil.PoolZil.add_flow
+
+    def add_flow(self, ts, delta):
+        seen.setdefault(id(self), []).append((ts, delta["nused"]))
+        real_add(self, ts, delta)
+    monkeypatch.setattr(zil, "FLOW_KEEP_NS", 2 * 10**9)
+    monkeypatch.setattr(zil.PoolZil, "add_flow", add_flow)
+    model, _ = report.build(cap, samples=False, rows=False)
+    checked = 0
+    for pool, state in model.zil.pools.items():
+        flow = seen[id(state)]
+        anchor, per_second = flow[0][0] - 1, {}
+        for ts, n in flow:
+            if ts > anchor:
+                per_second[(ts - anchor) // 10**9] = per_second.get((ts - anchor) // 10**9, 0) + n
+        assert len(per_second) > 4, "the capture should span more seconds than are kept"
+        assert state.busiest_second() == float(max(per_second.values())) == data["summary"]["zil"][pool]["max_rate_nused"]
+        checked += 1
+    assert checked

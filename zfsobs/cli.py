@@ -86,7 +86,7 @@ def _dispatch(args) -> int:
                 return 0
             if args.format == "csv" and args.section not in report.SECTIONS:
                 raise ZfsobsError(f"no section {args.section!r} (have: {', '.join(report.SECTIONS)})")
-            sys.stdout.write(report.render(capture, args.format, args.section))
+            report.write(capture, args.format, sys.stdout, args.section)
             return 0
         return _replay(capture, args)
     if cmd == "lab":

@@ -19,9 +19,12 @@ RATE_WINDOW_NS = 5 * 10**9
 
 
 class Model:
-    def __init__(self, keep: int | None = KEEP, samples: bool = True, counters: bool = True):
-        self.txg = TxgModel(keep)
-        self.zil = ZilModel(keep)
+    def __init__(self, keep: int | None = KEEP, samples: bool = True, counters: bool = True, ledger=None):
+        # with a ledger (a report's), txg and ZIL rows past the live view's KEEP go to it, not memory
+        rows = keep if ledger is None else KEEP
+        self.txg = TxgModel(rows, ledger and ledger.txg)
+        self.zil = ZilModel(rows, ledger and ledger.zil)
+        self.ledger = ledger
         self.vq = VdevQueueModel(prune=keep is not None)
         self.vc = VdevCacheModel(prune=keep is not None)
         self.probes: dict[str, str] = {}      # probe name -> target kind, from hello events

@@ -2,8 +2,9 @@
 throttle probe's `txg_thr` line, joined by pool, pid and txg), and statistics over a time window."""
 from __future__ import annotations
 
+from array import array
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 
 from zfsobs.events import Event
 from zfsobs.model.stats import summary
@@ -44,7 +45,11 @@ class TxgRow:
     txwait_ns: int | None = None
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "dirty_pct": self.dirty_pct}
+        # dataclasses.asdict deep-copies field by field: a third of a long report's row time
+        out = {name: getattr(self, name) for name in ROW_FIELDS}
+        out["delay_hist"] = self.delay_hist and list(self.delay_hist)
+        out["dirty_pct"] = self.dirty_pct
+        return out
 
     @property
     def dirty_pct(self) -> float | None:
@@ -70,6 +75,9 @@ class TxgRow:
                 setattr(self, name, f[name])
 
 
+ROW_FIELDS = tuple(f.name for f in fields(TxgRow))
+
+
 class PoolTxgs:
     def __init__(self, keep: int | None):
         self.rows: deque[TxgRow] = deque(maxlen=keep)
@@ -91,8 +99,9 @@ class PoolTxgs:
 class TxgModel:
     kinds = ("txg", "txg_thr")
 
-    def __init__(self, keep: int | None = KEEP):
+    def __init__(self, keep: int | None = KEEP, retire=None):
         self.keep = keep
+        self.retire = retire        # called with each row that leaves the kept ones (a report's ledger)
         self.pools: dict[str, PoolTxgs] = {}
         self.throttled = False                      # a txg_thr line was seen: the throttle is traced
         self._pending: dict[tuple, list] = {}      # (pool, pid, txg) -> [(ts, txg_thr line)] before its txg
@@ -109,6 +118,8 @@ class TxgModel:
         state = self.pools.get(pool)
         if state is None:
             state = self.pools[pool] = PoolTxgs(self.keep)
+        if self.retire is not None and len(state.rows) == self.keep:
+            self.retire(state.rows[0])
         state.rows.append(row)
         state.total += 1
         for ts, thr in self._pending.pop((pool, row.pid, row.txg), ()):
@@ -134,38 +145,62 @@ class TxgModel:
             del self._pending[next(iter(self._pending))]
 
     def stats(self, pool: str, rows: list[TxgRow] | None = None) -> dict:
-        """Sync time, interval and dirty-data statistics over `rows` (default: the window)."""
-        if rows is None:
-            rows = self.pools[pool].window()
-        return {
-            "pool": pool,
-            "txgs": len(rows),
-            "sync_ns": summary([r.sync_ns for r in rows]),
-            "interval_ns": summary([r.interval_ns for r in rows if r.interval_ns is not None]),
-            "dirty_bytes": summary([r.dirty_bytes for r in rows if r.dirty_bytes is not None]),
-            "throttle": self.throttle_stats(rows),
-        }
+        """Sync time, interval, dirty data and throttle statistics over `rows` (default: the window)."""
+        acc = TxgStats()
+        for row in self.pools[pool].window() if rows is None else rows:
+            acc.add(row)
+        return acc.result(pool, self.throttled)
 
-    def throttle_stats(self, rows: list[TxgRow]) -> dict | None:
-        """The write throttle over `rows`; None when it was not traced. A txg with no line had no
-        transaction assigned or waiting while it was open: nothing delayed. A figure no line gave
-        (kstat mode) is None."""
-        if not self.throttled:
-            return None
-        seen = [r for r in rows if r.delay_count is not None]
 
+class TxgStats:
+    """TxgModel.stats over rows added one at a time: a live window, or every txg of a capture as
+    the model retires it (views/ledger.py). Percentiles are exact, so each row leaves its figures
+    in compact arrays (8 bytes a number: 1 MiB a week at one txg per 5 s) and nothing else."""
+
+    def __init__(self):
+        self.n = 0
+        self.sync, self.interval, self.dirty = array("q"), array("q"), array("q")
+        self.seen = self.delayed = 0          # rows with a throttle line; of them, rows that delayed any
+        self.sums = dict.fromkeys(("delay_count", "delay_ns", "txwait_count", "txwait_ns"), None)
+        self.delay_max = self.dirty_max = None
+        self.hist: list[int] | None = None
+        self.dirty_pct = array("d")
+
+    def add(self, r: TxgRow) -> None:
+        self.n += 1
+        self.sync.append(r.sync_ns)
+        if r.interval_ns is not None:
+            self.interval.append(r.interval_ns)
+        if r.dirty_bytes is not None:
+            self.dirty.append(r.dirty_bytes)
+        if r.delay_count is None:
+            return
+        self.seen += 1
+        self.delayed += 1 if r.delay_count else 0
+        for name, total in self.sums.items():
+            v = getattr(r, name)
+            if v is not None:
+                self.sums[name] = v if total is None else total + v
+        if r.delay_hist is not None:
+            self.hist = [a + b for a, b in zip(self.hist or [0] * DELAY_BUCKETS, r.delay_hist)]
+        if r.delay_max_ns is not None:
+            self.delay_max = r.delay_max_ns if self.delay_max is None else max(self.delay_max, r.delay_max_ns)
+        if r.dirty_max is not None:
+            self.dirty_max = r.dirty_max if self.dirty_max is None else max(self.dirty_max, r.dirty_max)
+        if (pct := r.dirty_pct) is not None:
+            self.dirty_pct.append(pct)
+
+    def result(self, pool: str, throttled: bool) -> dict:
+        return {"pool": pool, "txgs": self.n, "sync_ns": summary(self.sync), "interval_ns": summary(self.interval),
+                "dirty_bytes": summary(self.dirty), "throttle": self._throttle() if throttled else None}
+
+    def _throttle(self) -> dict:
+        """The write throttle; a txg with no line had no transaction assigned or waiting while it
+        was open: nothing delayed. A figure no line gave (kstat mode) is None."""
         def total(name: str):
-            values = [getattr(r, name) for r in seen if getattr(r, name) is not None]
-            return sum(values) if values or not seen else None
+            return 0 if not self.seen and self.sums[name] is None else self.sums[name]
         count, delay_ns = total("delay_count") or 0, total("delay_ns")
-        hists = [r.delay_hist for r in seen if r.delay_hist is not None]
-        tops = [r.delay_max_ns for r in seen if r.delay_max_ns is not None]
-        dirty = [r.dirty_max for r in seen if r.dirty_max is not None]
-        return {"txgs": len(rows), "txgs_delayed": sum(1 for r in seen if r.delay_count),
-                "delay_count": count, "delay_ns": delay_ns,
+        return {"txgs": self.n, "txgs_delayed": self.delayed, "delay_count": count, "delay_ns": delay_ns,
                 "delay_mean_ns": delay_ns / count if count and delay_ns is not None else None,
-                "delay_max_ns": max(tops) if tops else None,
-                "delay_hist": [sum(h[i] for h in hists) for i in range(DELAY_BUCKETS)] if hists else None,
-                "dirty_pct": summary([p for r in seen if (p := r.dirty_pct) is not None]),
-                "dirty_max": max(dirty) if dirty else None,
-                "txwait_count": total("txwait_count"), "txwait_ns": total("txwait_ns")}
+                "delay_max_ns": self.delay_max, "delay_hist": self.hist, "dirty_pct": summary(self.dirty_pct),
+                "dirty_max": self.dirty_max, "txwait_count": total("txwait_count"), "txwait_ns": total("txwait_ns")}

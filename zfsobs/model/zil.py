@@ -96,14 +96,18 @@ class ZilRow:
 
 
 class PoolZil:
-    def __init__(self, keep: int | None):
+    def __init__(self, keep: int | None, retire=None):
         self.rows: dict[tuple[int, int], ZilRow] = {}     # (pid, txg) -> its latest row
         self.order: deque[ZilRow] = deque()
         self.keep = keep
+        self.retire = retire                  # called with each row dropped (a report's ledger)
         self.totals: Counter = Counter()      # run totals; rows may be dropped (keep)
         self.lat_totals = [0] * LAT_BUCKETS   # the run's commit latency histogram
         self.flow: deque[tuple[int, Counter]] = deque()   # (ts, deltas) for rates, in arrival order
         self.flowed = 0                       # entries ever appended to flow (zilstat takes each once)
+        self.anchor: int | None = None        # whole seconds of the run's busiest second count from here
+        self.seconds: Counter = Counter()     # the recent seconds' log bytes (nused)
+        self.busiest_before = 0               # the busiest of the seconds no longer in `seconds`
 
     def row(self, ev: Event) -> ZilRow:
         key = (int(ev.get("pid", 0)), int(ev.fields["txg"]))
@@ -113,6 +117,8 @@ class PoolZil:
             self.order.append(row)
             while self.keep is not None and len(self.order) > self.keep:
                 old = self.order.popleft()
+                if self.retire is not None:
+                    self.retire(old)
                 if self.rows.get((old.pid, old.txg)) is old:
                     del self.rows[(old.pid, old.txg)]
         row.last_ts = max(row.last_ts, ev.ts)
@@ -134,6 +140,25 @@ class PoolZil:
     def bytes_between(self, start_ns: int, end_ns: int, name: str = "nused") -> int:
         return sum(d[name] for ts, d in self.flow if start_ns < ts <= end_ns)
 
+    def add_flow(self, ts: int, delta: Counter) -> None:
+        self.flow.append((ts, delta))
+        self.flowed += 1
+        while self.flow and ts - self.flow[0][0] > FLOW_KEEP_NS:
+            self.flow.popleft()
+        if self.anchor is None:
+            self.anchor = ts - 1
+        if ts > self.anchor:
+            sec = (ts - self.anchor) // 10**9
+            self.seconds[sec] += delta["nused"]
+            if len(self.seconds) > 2 * FLOW_KEEP_NS // 10**9:     # a line is never later than the flow kept
+                for old in [k for k in self.seconds if k < sec - FLOW_KEEP_NS // 10**9]:
+                    self.busiest_before = max(self.busiest_before, self.seconds.pop(old))
+
+    def busiest_second(self) -> float:
+        """The run's busiest whole second of log bytes, counted from its first ZIL line (a
+        report's Max-Rate over the whole capture; max_rate's flow keeps the last 10 minutes)."""
+        return float(max(self.busiest_before, max(self.seconds.values(), default=0)))
+
     def max_rate(self, start_ns: int, end_ns: int, name: str = "nused") -> float:
         """The busiest whole second inside (start, end]: zilstat's Max-Rate."""
         per_second: Counter = Counter()
@@ -146,8 +171,9 @@ class PoolZil:
 class ZilModel:
     kinds = ("zil", "zil_itx", "zil_lat")
 
-    def __init__(self, keep: int | None = KEEP):
+    def __init__(self, keep: int | None = KEEP, retire=None):
         self.keep = keep
+        self.retire = retire
         self.pools: dict[str, PoolZil] = {}
 
     def feed(self, ev: Event) -> None:
@@ -155,7 +181,7 @@ class ZilModel:
         pool = str(f["pool"])
         state = self.pools.get(pool)
         if state is None:
-            state = self.pools[pool] = PoolZil(self.keep)
+            state = self.pools[pool] = PoolZil(self.keep, self.retire)
         row = state.row(ev)
         cpu = int(f["cpu"])
         if ev.kind == "zil":
@@ -167,10 +193,7 @@ class ZilModel:
             state.totals.update(delta)
             row.lat_max_ns = max(row.lat_max_ns, int(f.get("lat_max_ns") or 0))
             if delta:
-                state.flow.append((ev.ts, delta))
-                state.flowed += 1
-                while state.flow and ev.ts - state.flow[0][0] > FLOW_KEEP_NS:
-                    state.flow.popleft()
+                state.add_flow(ev.ts, delta)
         elif ev.kind == "zil_itx":
             new = [int(f.get(f"tx{i}") or 0) for i in range(ITX_TYPES - 1)] + [int(f.get("txother") or 0)]
             self._merge(row, ("itx", cpu, 0), new, (row.itx_types,), 0)
@@ -190,17 +213,32 @@ class ZilModel:
 
     def stats(self, pool: str, rows: list[ZilRow]) -> dict:
         """Totals and commit latency over `rows` (one pool)."""
-        counts: Counter = Counter()
-        hist = [0] * LAT_BUCKETS
-        lat_max = 0
+        acc = ZilStats()
         for r in rows:
-            counts.update(r.counts)
-            hist = [a + b for a, b in zip(hist, r.lat_hist)]
-            lat_max = max(lat_max, r.lat_max_ns)
+            acc.add(r)
+        return acc.result(pool)
+
+
+class ZilStats:
+    """ZilModel.stats over rows added one at a time (a window, or a capture's rows as they retire)."""
+
+    def __init__(self):
+        self.n, self.lat_max = 0, 0
+        self.counts: Counter = Counter()
+        self.hist = [0] * LAT_BUCKETS
+
+    def add(self, r: ZilRow) -> None:
+        self.n += 1
+        self.counts.update(r.counts)
+        self.hist = [a + b for a, b in zip(self.hist, r.lat_hist)]
+        self.lat_max = max(self.lat_max, r.lat_max_ns)
+
+    def result(self, pool: str) -> dict:
+        counts, hist, lat_max = self.counts, self.hist, self.lat_max
         commits = counts["commits"]
         return {
-            "pool": pool, "txgs": len(rows), **{n: counts[n] for n in COUNTERS},
+            "pool": pool, "txgs": self.n, **{n: counts[n] for n in COUNTERS},
             "lat_mean_ns": counts["lat_ns"] // commits if commits else None,
             "lat_p50_ns": lat_quantile(hist, 0.5, lat_max), "lat_p99_ns": lat_quantile(hist, 0.99, lat_max),
-            "lat_max_ns": lat_max if commits else None, "lat_hist": hist,
+            "lat_max_ns": lat_max if commits else None, "lat_hist": list(hist),
         }

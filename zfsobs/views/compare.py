@@ -20,7 +20,7 @@ CSV_FIELDS = ("segment", "start_s", "end_s", "opened_by", "pool", "metric", "n",
 
 
 def as_dict(capture: Capture) -> dict:
-    model, parser = build(capture)
+    model, parser = build(capture, rows=False)
     model.samples.settle()
     meta = capture.meta
     out = {"meta": {"host": meta.get("host"), "target": meta.get("target", {}), "events": parser.events,

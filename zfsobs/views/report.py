@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
+from typing import IO
 
 from zfsobs.capture import Capture
 from zfsobs.events import Parser
@@ -13,48 +15,53 @@ from zfsobs.model import vdev_queue as vqm
 from zfsobs.model.txg import DELAY_BUCKETS
 from zfsobs.model.vdev_cache import derive
 from zfsobs.model.zil import lat_bounds
+from zfsobs.views.ledger import Ledger
 from zfsobs.views.na import blank, dash, unavailable
 from zfsobs.views.units import ms, mib, size
 
 SECTIONS = ("txgs", "zil", "vdev_queue", "vdev_cache")
 
 
-def build(capture: Capture, samples: bool = True, digests: bool = True) -> tuple[Model, Parser]:
-    """The whole capture's model. Without time-binned samples, a digest stands for the counter
-    lines it covers (zfsobs/capture/digest.py): the same whole-capture figures, O(records)."""
+STREAMED = ("txgs", "zil")      # sections with a row per txg: read back from the ledger as they are written
+MARK = "\x00rows of "             # where a streamed section's rows go in the dumped JSON
+
+
+def build(capture: Capture, samples: bool = True, digests: bool = True, rows: bool = True) -> tuple[Model, Parser]:
+    """The whole capture's model, its txg and ZIL rows in a ledger (model.ledger; rows=False: their
+    statistics only). Without time-binned samples, a digest stands for the counter lines it covers
+    (zfsobs/capture/digest.py): the same whole-capture figures, O(records)."""
     parser = Parser()
-    model = Model(keep=None, samples=samples, counters=samples)
+    model = Model(keep=None, samples=samples, counters=samples, ledger=Ledger(rows))
     feed = model.feed
     for ev in capture.events(parser, digests=digests and not samples):   # streamed: a week is GBs of lines
         feed(ev)
+    model.ledger.take_rest(model)
     return model, parser
 
 
-def as_dict(capture: Capture, built: tuple[Model, Parser] | None = None) -> dict:
-    """The report's data; `built` is build(capture) when the caller has it (scripts/bench-ingest)."""
-    model, parser = built or build(capture, samples=False)
+def sections(capture: Capture, built: tuple[Model, Parser] | None = None, rows: bool = True) -> dict:
+    """The report's data; each STREAMED section is a function that yields its rows (None when
+    built with rows=False). `built` is build(capture) when the caller has it (tests, scripts/bench-ingest)."""
+    model, parser = built or build(capture, samples=False, rows=rows)
+    ledger = model.ledger
+    rows = ledger.keeps_rows
     meta = dict(capture.meta)
     meta.update(events=parser.events, malformed=parser.malformed, lost=model.lost,
                 lost_by_probe=dict(model.lost_by_probe),
                 duration_ns=(model.last_ts - model.first_ts) if model.events else 0,
                 trailer=capture.trailer, warnings=capture.warnings)
-    rows = [_txg_row(model, r) for pool in sorted(model.txg.pools) for r in model.txg.pools[pool].rows]
-    summary = {pool: model.txg.stats(pool, list(model.txg.pools[pool].rows)) for pool in sorted(model.txg.pools)}
-    zil = model.zil
-    zil_rows = [r for p in sorted(zil.pools) for r in zil.pools[p].order]
+    summary = {pool: ledger.txg_stats[pool].result(pool, model.txg.throttled) for pool in sorted(ledger.txg_stats)}
     zil_summary = {}
-    for pool in sorted(zil.pools):
-        st = zil.stats(pool, list(zil.pools[pool].order))
+    for pool in sorted(ledger.zil_stats):
+        st = ledger.zil_stats[pool].result(pool)
         st["lat_hist"] = [{"low_ns": lat_bounds(i)[0], "high_ns": _finite(lat_bounds(i)[1]), "count": n}
                           for i, n in enumerate(st["lat_hist"]) if n]
-        span = zil.pools[pool].flow
-        st["max_rate_nused"] = zil.pools[pool].max_rate(span[0][0] - 1, span[-1][0]) if span else 0.0
+        st["max_rate_nused"] = model.zil.pools[pool].busiest_second()
         zil_summary[pool] = st
     vq_rows, vq_summary = _vdev_queue(model)
     vc_rows, vc_summary = _vdev_cache(model, meta)
     # kstat mode: what the source could not give is null, not 0
     zna, qna, cna, tna = (unavailable(model, p) for p in ("zil", "vdev_queue", "vdev_cache", "throttle"))
-    rows = [blank(r, tna) for r in rows]
     for st in summary.values():
         st["throttle"] = st["throttle"] and blank(st["throttle"], tna)
     zil_summary = {p: blank(st, zna) for p, st in zil_summary.items()}
@@ -63,18 +70,28 @@ def as_dict(capture: Capture, built: tuple[Model, Parser] | None = None) -> dict
     vc_rows = [blank(r, cna) for r in vc_rows]
     vc_summary["pools"] = {p: blank(st, cna) for p, st in vc_summary["pools"].items()}
     meta["unavailable_fields"] = {p: sorted(model.na[p]) for p in sorted(model.na)}
-    return {"meta": meta, "txgs": rows, "zil": [blank(r.as_dict(), zna) for r in zil_rows], "vdev_queue": vq_rows,
+
+    def txg_rows():
+        for pool in sorted(ledger.txg_stats):
+            for r in ledger.rows("txgs", pool):
+                if model.txg.throttled and r["delay_count"] is None:
+                    # with the throttle traced, a txg with no throttle line had nothing delayed or waiting
+                    r.update(delay_count=0, delay_ns=0, delay_max_ns=0, delay_hist=[0] * DELAY_BUCKETS,
+                             txwait_count=0, txwait_ns=0)
+                yield blank(r, tna)
+
+    def zil_rows():
+        for pool in sorted(ledger.zil_stats):
+            for r in ledger.rows("zil", pool):
+                yield blank(r, zna)
+    return {"meta": meta, "txgs": rows and txg_rows, "zil": rows and zil_rows, "vdev_queue": vq_rows,
             "vdev_cache": vc_rows,
             "summary": {"txg": summary, "zil": zil_summary, "vdev_queue": vq_summary, "vdev_cache": vc_summary}}
 
 
-def _txg_row(model: Model, row) -> dict:
-    """A txg row; with the throttle traced, a txg with no throttle line had nothing delayed or waiting."""
-    out = row.as_dict()
-    if model.txg.throttled and row.delay_count is None:
-        out.update(delay_count=0, delay_ns=0, delay_max_ns=0, delay_hist=[0] * DELAY_BUCKETS,
-                   txwait_count=0, txwait_ns=0)
-    return out
+def as_dict(capture: Capture, built: tuple[Model, Parser] | None = None) -> dict:
+    """The report's data with every row in memory: for tests and small captures."""
+    return {k: list(v()) if k in STREAMED else v for k, v in sections(capture, built).items()}
 
 
 def _vdev_cache(model: Model, meta: dict) -> tuple[list[dict], dict]:
@@ -138,22 +155,60 @@ def _finite(x: float):
     return None if x == float("inf") else int(x)
 
 
+def write(capture: Capture, fmt: str, out: IO[str], section: str = "txgs",
+          built: tuple[Model, Parser] | None = None) -> None:
+    """The report, written to `out` as it is made: a week's rows never sit in memory together."""
+    built = built or build(capture, samples=False, rows=fmt != "text")
+    try:
+        data = sections(capture, built)
+        if fmt == "json":
+            _write_json(data, out)
+        elif fmt == "csv":
+            _write_csv(data[section]() if section in STREAMED else data[section], out)
+        else:
+            out.write(_text(data))
+    finally:
+        built[0].ledger.close()
+
+
 def render(capture: Capture, fmt: str, section: str = "txgs") -> str:
-    data = as_dict(capture)
-    if fmt == "json":
-        return json.dumps(data, indent=1, sort_keys=False) + "\n"
-    if fmt == "csv":
-        # a list (a histogram) is a column per bucket: name0, name1, ...
-        rows = [{k2: v2 for k, v in r.items()
-                 for k2, v2 in ([(f"{k}{i}", x) for i, x in enumerate(v)] if isinstance(v, list) else [(k, v)])}
-                for r in data[section]]
-        out = io.StringIO()
-        if rows:
-            writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+    out = io.StringIO()
+    write(capture, fmt, out, section)
+    return out.getvalue()
+
+
+def _write_json(data: dict, out: IO[str]) -> None:
+    """json.dumps(data, indent=1) byte for byte, the STREAMED sections' rows written one by one
+    where a mark stands in the dump of the rest."""
+    head, streams = {}, {}
+    for key, value in data.items():
+        if key in STREAMED:
+            rows = value()
+            first = next(rows, None)
+            if first is not None:
+                streams[key] = itertools.chain([first], rows)
+            value = [MARK + key] if first is not None else []
+        head[key] = value
+    rest = json.dumps(head, indent=1, sort_keys=False)
+    for key, rows in streams.items():
+        before, rest = rest.split(json.dumps(MARK + key), 1)
+        out.write(before)
+        for i, row in enumerate(rows):
+            # a row is two levels deep: each of its lines gets two more spaces
+            out.write((",\n  " if i else "") + json.dumps(row, indent=1).replace("\n", "\n  "))
+    out.write(rest + "\n")
+
+
+def _write_csv(rows, out: IO[str]) -> None:
+    """A row per line; a list (a histogram) is a column per bucket: name0, name1, ..."""
+    writer = None
+    for r in rows:
+        flat = {k2: ("" if v2 is None else v2) for k, v in r.items()
+                for k2, v2 in ([(f"{k}{i}", x) for i, x in enumerate(v)] if isinstance(v, list) else [(k, v)])}
+        if writer is None:
+            writer = csv.DictWriter(out, fieldnames=list(flat), lineterminator="\n")
             writer.writeheader()
-            writer.writerows({k: ("" if v is None else v) for k, v in r.items()} for r in rows)
-        return out.getvalue()
-    return _text(data)
+        writer.writerow(flat)
 
 
 def _text(data: dict) -> str:
