@@ -10,7 +10,7 @@ import pytest
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser, parse_all
 from zfsobs.model import Model
-from zfsobs.model.zil import COUNTERS, LAT_BUCKETS, lat_bounds, lat_bucket, lat_quantile, size_bin
+from zfsobs.model.zil import COUNTERS, LAT_BUCKETS, SETTLED, lat_bounds, lat_bucket, lat_quantile, size_bin
 from zfsobs.views import report
 from zfsobs.views.zilstat import Zilstat
 
@@ -68,6 +68,8 @@ def test_rows_count_each_commit_once_across_cpus_and_refreshes(events):
         totals = full.stats(pool, list(state.order))
         assert all(totals[name] == state.totals[name] for name in COUNTERS)
         assert sum(totals["lat_hist"]) == totals["commits"] > 0
+        # settled rows keep their sums, not each CPU's latest values (the live model's memory)
+        assert len(state.order) > SETTLED and not any(r._parts for r in list(state.order)[:-SETTLED])
 
 
 def test_each_row_is_the_txg_open_when_its_events_happened_and_closes_at_that_txgs_sync(events):

@@ -6,6 +6,7 @@ Values are integers or bare words (no spaces); the integer -1 means "unavailable
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import deque
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter, methodcaller
 
@@ -80,21 +81,66 @@ def low_ts(lines: list[str]) -> float:
         return low
 
 
-def iter_sorted(lines: list[str], parser: "Parser", chunk: int = 1 << 14):
-    """parse_all's events one by one, in exactly its order (ts, then file order), without holding
-    them all: a chunk's events go out once no later line can hold an earlier ts."""
-    starts = range(0, len(lines), chunk)
-    later = [float("inf")] * (len(starts) + 1)      # later[k]: lowest ts from chunk k on
-    for k in reversed(range(len(starts))):
-        later[k] = min(later[k + 1], low_ts(lines[starts[k]:starts[k] + chunk]))
-    ts = attrgetter("ts")
-    pending: list[Event] = []
-    for k, i in enumerate(starts):
-        pending.extend(filter(None, map(parser.parse, lines[i:i + chunk])))
-        pending.sort(key=ts)          # stable: earlier lines first among equal ts
-        cut = bisect_left(pending, later[k + 1], key=ts)
-        yield from pending[:cut]
-        del pending[:cut]
+class Ordered:
+    """Events of chunks of lines in time order (ts, then file order) without holding them all: a
+    chunk's events go out once no later chunk can hold an earlier ts (lows[k] bounds chunk k's
+    from below). Its place can be kept and gone back to (replay's step back). Subclasses say what
+    chunk k's lines are."""
+
+    def __init__(self, lows: list, parser: "Parser"):
+        self.parser = parser
+        self.later = [float("inf")] * (len(lows) + 1)      # later[k]: lowest ts from chunk k on
+        for k in reversed(range(len(lows))):
+            self.later[k] = min(self.later[k + 1], lows[k])
+        self.k, self.pending, self.ready = 0, [], deque()
+
+    def chunk(self, k: int) -> list[str]:
+        raise NotImplementedError
+
+    def done(self) -> None:
+        """Called once the last chunk is read."""
+
+    def __iter__(self) -> "Ordered":
+        return self
+
+    def __next__(self) -> Event:
+        while not self.ready:
+            if self.k >= len(self.later) - 1:
+                self.done()
+                raise StopIteration
+            pending = self.pending
+            pending.extend(filter(None, map(self.parser.parse, self.chunk(self.k))))
+            pending.sort(key=_EV_TS)          # stable: earlier lines first among equal ts
+            cut = bisect_left(pending, self.later[self.k + 1], key=_EV_TS)
+            self.ready.extend(pending[:cut])
+            del pending[:cut]
+            self.k += 1
+        return self.ready.popleft()
+
+    def place(self) -> tuple:
+        """Where the stream is (the events handed out so far are the model's business)."""
+        return self.k, list(self.pending), list(self.ready)
+
+    def go(self, place: tuple) -> None:
+        self.k, pending, ready = place
+        self.pending, self.ready = list(pending), deque(ready)
+
+
+class _Slices(Ordered):
+    def __init__(self, lines: list[str], parser: "Parser", size: int):
+        self.lines, self.size = lines, size
+        super().__init__([low_ts(lines[i:i + size]) for i in range(0, len(lines), size)], parser)
+
+    def chunk(self, k: int) -> list[str]:
+        return self.lines[k * self.size:(k + 1) * self.size]
+
+
+def iter_sorted(lines: list[str], parser: "Parser", chunk: int = 1 << 14) -> Ordered:
+    """parse_all's events one by one, in exactly its order, without holding them all."""
+    return _Slices(lines, parser, chunk)
+
+
+_EV_TS = attrgetter("ts")
 
 
 def is_event_line(line: str) -> bool:

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import zlib
 from array import array
-from bisect import bisect_left, bisect_right
-from collections import deque
+from bisect import bisect_right
 from dataclasses import dataclass, field
-from operator import attrgetter
 
 from zfsobs.capture import digest
 from zfsobs.capture.format import (FILE_MAGIC, FORMAT_NAME, FORMAT_VERSION, HEADER_TYPES, LINE_KINDS, LINES_HEAD,
                                    MAX_RECORD, NO_TS, RECORD_MAGIC, _FILE_HEAD, _REC_HEAD, as_json, inflate)
 from zfsobs.errors import ZfsobsError
-from zfsobs.events import Event, Parser
+from zfsobs.events import Ordered, Parser
 
 CHUNK = 1 << 20
 
@@ -89,58 +87,26 @@ class Capture:
             self._damaged = 0
 
 
-class EventStream:
-    """A capture's events in time order, read a record at a time: a record's events go out once no
-    later record (by the lowest ts in their heads) can hold an earlier ts. Format 1 has no such
-    bounds: its events go out at the end, all sorted. Its place can be kept and gone back to
-    (replay's step back, zfsobs/views/replay.py)."""
+class EventStream(Ordered):
+    """A capture's events in time order, read a record at a time, ordered by the lowest ts in the
+    records' heads. Format 1 has no such bounds (0): its events go out at the end, all sorted."""
 
     def __init__(self, cap: Capture, parser: Parser, digests: bool):
-        self.cap, self.parser = cap, parser
+        self.cap = cap
         self.chunks = cap._chunks(digests)
-        self.later = [float("inf")] * (len(self.chunks) + 1)     # later[k]: lowest ts from chunk k on
-        for k in reversed(range(len(self.chunks))):
-            self.later[k] = min(self.later[k + 1], self.chunks[k][0])
-        self.k, self.pending, self.ready = 0, [], deque()
+        super().__init__([low for low, _ in self.chunks], parser)
 
-    def __iter__(self) -> "EventStream":
-        return self
-
-    def __next__(self) -> Event:
-        while not self.ready:
-            if self.k >= len(self.chunks):
-                self.cap._note_damage()
-                raise StopIteration
-            self._read(self.k)
-            self.k += 1
-        return self.ready.popleft()
-
-    def _read(self, k: int) -> None:
+    def chunk(self, k: int) -> list[str]:
         i = self.chunks[k][1]
         if i >= 0:
-            lines = self.cap._record_lines(i)
-        else:
-            off, length, head = self.cap.digests[-1 - i]
-            picked = digest.read(self.cap._body(off, length))
-            lines = picked[1] if picked else []
-            self.parser.events += head["lines"] - head["picked"]    # the lines the digest stands for
-        pending = self.pending
-        pending.extend(filter(None, map(self.parser.parse, lines)))
-        pending.sort(key=_TS)
-        cut = bisect_left(pending, self.later[k + 1], key=_TS)
-        self.ready.extend(pending[:cut])
-        del pending[:cut]
+            return self.cap._record_lines(i)
+        off, length, head = self.cap.digests[-1 - i]
+        picked = digest.read(self.cap._body(off, length))
+        self.parser.events += head["lines"] - head["picked"]    # the lines the digest stands for
+        return picked[1] if picked else []
 
-    def place(self) -> tuple:
-        """Where the stream is (the events handed out so far are the model's business)."""
-        return self.k, list(self.pending), list(self.ready)
-
-    def go(self, place: tuple) -> None:
-        self.k, pending, ready = place
-        self.pending, self.ready = list(pending), deque(ready)
-
-
-_TS = attrgetter("ts")
+    def done(self) -> None:
+        self.cap._note_damage()
 
 
 def _inside(ranges: list[tuple[int, int]], seq: int) -> bool:

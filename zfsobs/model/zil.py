@@ -22,6 +22,7 @@ LAT_BUCKETS = 50         # two zil_lat segments of 25
 SEGMENT = 25
 FLOW_KEEP_NS = 600 * 10**9
 KEEP = 5000              # rows kept per pool in live/replay (report keeps all)
+SETTLED = 16             # rows newer than a final row before its per-CPU parts are dropped
 SAME_SYNC_NS = 50 * 10**6   # the zil and txg probes see one spa_sync entry within microseconds
 
 TX_NAMES = ("commit", "create", "mkdir", "mkxattr", "symlink", "remove", "rmdir", "link", "rename",
@@ -115,6 +116,12 @@ class PoolZil:
         if row is None or (row.final and ev.ts != row.last_ts):
             row = self.rows[key] = ZilRow(str(ev.fields["pool"]), key[0], key[1])
             self.order.append(row)
+            if len(self.order) > SETTLED:
+                # a flush touches the few open txgs; a final row this far back gets no more lines,
+                # so its per-CPU parts (up to 94 numbers a CPU) go: 5000 rows of a 64-CPU box
+                old = self.order[-SETTLED - 1]
+                if old.final:
+                    old._parts.clear()
             while self.keep is not None and len(self.order) > self.keep:
                 old = self.order.popleft()
                 if self.retire is not None:
