@@ -59,3 +59,30 @@ def test_the_end_is_the_last_event_and_rewind_starts_over(capture):
     rp.seek(rp.start)
     first = [ev for ev in read_capture(capture).events(Parser(), digests=False) if ev.ts <= rp.start]
     assert rp.model.events == len(first) > 0
+
+
+def test_over_budget_the_kept_states_thin_out_away_from_the_cursor(capture, monkeypatch):
+    """A day of states does not fit the budget: the ones just behind the cursor stay a snap apart
+    (a step back feeds at most that again) and the gaps widen towards the start."""
+    rp = Replayer(read_capture(capture), snap_ns=SEC // 2)
+    rp.seek(rp.end)
+    one = max(map(len, rp.snaps.values()))         # states grow as the model fills
+    monkeypatch.setattr("zfsobs.views.replay.SNAP_BUDGET", 6 * one)
+    rp = Replayer(read_capture(capture), snap_ns=SEC // 2)
+    cursor = rp.cursor
+    while cursor < rp.end:
+        cursor += SEC // 4
+        rp.seek(cursor)
+    keys = sorted(rp.snaps)
+    gaps = [b - a for a, b in zip(keys, keys[1:])]
+    assert len(keys) >= 3 and sum(map(len, rp.snaps.values())) <= 6 * one
+    assert gaps[-1] <= SEC and gaps[0] > 2 * gaps[-1], gaps
+    back = rp.end - SEC // 2
+    kept = len(rp.snaps)
+    rp.seek(back)
+    rp.seek(rp.end)                  # played again over a kept stretch: no second state for it
+    assert len(rp.snaps) == kept
+    rp.seek(back)
+    fresh = Replayer(read_capture(capture))
+    fresh.seek(back)
+    assert screen(rp) == screen(fresh)

@@ -83,16 +83,21 @@ def low_ts(lines: list[str]) -> float:
 
 class Ordered:
     """Events of chunks of lines in time order (ts, then file order) without holding them all: a
-    chunk's events go out once no later chunk can hold an earlier ts (lows[k] bounds chunk k's
-    from below). Its place can be kept and gone back to (replay's step back). Subclasses say what
-    chunk k's lines are."""
+    chunk's events go out once no later chunk can hold an earlier ts (`later`, from bounds()).
+    Its place can be kept and gone back to (replay's step back). Subclasses say what chunk k's
+    lines are."""
 
-    def __init__(self, lows: list, parser: "Parser"):
-        self.parser = parser
-        self.later = [float("inf")] * (len(lows) + 1)      # later[k]: lowest ts from chunk k on
-        for k in reversed(range(len(lows))):
-            self.later[k] = min(self.later[k + 1], lows[k])
+    def __init__(self, later: list, parser: "Parser"):
+        self.parser, self.later = parser, later
         self.k, self.pending, self.ready = 0, [], deque()
+
+    @staticmethod
+    def bounds(lows: list) -> list:
+        """later[k]: the lowest ts from chunk k on, given each chunk's lowest (lows[k])."""
+        later = [float("inf")] * (len(lows) + 1)
+        for k in reversed(range(len(lows))):
+            later[k] = min(later[k + 1], lows[k])
+        return later
 
     def chunk(self, k: int) -> list[str]:
         raise NotImplementedError
@@ -129,7 +134,7 @@ class Ordered:
 class _Slices(Ordered):
     def __init__(self, lines: list[str], parser: "Parser", size: int):
         self.lines, self.size = lines, size
-        super().__init__([low_ts(lines[i:i + size]) for i in range(0, len(lines), size)], parser)
+        super().__init__(self.bounds([low_ts(lines[i:i + size]) for i in range(0, len(lines), size)]), parser)
 
     def chunk(self, k: int) -> list[str]:
         return self.lines[k * self.size:(k + 1) * self.size]

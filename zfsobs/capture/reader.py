@@ -34,6 +34,7 @@ class Capture:
     highs: array = field(default_factory=lambda: array("q"))
     digests: list = field(default_factory=list)      # (offset, length, head) of intact G records
     _lines: list[str] | None = None
+    _plans: dict = field(default_factory=dict)     # digests -> (chunks, bounds): see _plan
     _damaged: int = 0
     _file: object = None
 
@@ -56,6 +57,14 @@ class Capture:
         if self.version >= 2:
             return max((h for h in self.highs if h != -NO_TS), default=None)
         return max((ev.ts for ev in self.events(Parser(), digests=False)), default=None)
+
+    def _plan(self, digests: bool) -> tuple[list, list]:
+        """_chunks and their bounds, worked out once: replay opens a stream at every step back, and
+        a day of records takes a quarter of a second to plan."""
+        if digests not in self._plans:
+            chunks = self._chunks(digests)
+            self._plans[digests] = chunks, Ordered.bounds([low for low, _ in chunks])
+        return self._plans[digests]
 
     def _chunks(self, digests: bool) -> list[tuple[int, int]]:
         """(lowest ts, record index, or -1 - digest index) of what a reader reads, in file order."""
@@ -93,8 +102,8 @@ class EventStream(Ordered):
 
     def __init__(self, cap: Capture, parser: Parser, digests: bool):
         self.cap = cap
-        self.chunks = cap._chunks(digests)
-        super().__init__([low for low, _ in self.chunks], parser)
+        self.chunks, later = cap._plan(digests)
+        super().__init__(later, parser)
 
     def chunk(self, k: int) -> list[str]:
         i = self.chunks[k][1]

@@ -23,7 +23,7 @@ from zfsobs.views.status import Status
 SAMPLE_NS = 10**9
 JUMP_NS = 10 * 10**9
 SNAP_NS = 60 * 10**9          # a step back feeds at most this much of the capture again
-SNAP_BUDGET = 256 << 20       # kept states past this: every other one is dropped
+SNAP_BUDGET = 256 << 20       # kept states past this: the ones far from the cursor are thinned
 
 
 class Replayer:
@@ -31,6 +31,7 @@ class Replayer:
         self.capture = capture
         self.snap_ns = snap_ns
         self.snaps: dict[int, bytes] = {}     # ts -> the state with every event up to ts fed
+        self._kept = 0                        # their bytes
         self._begin()
         self.start = self.next.ts if self.next else 0
         self.end = max(capture.last_ts() or self.start, self.start)
@@ -60,12 +61,25 @@ class Replayer:
         self.status.malformed = self.parser.malformed
 
     def _snap(self, ts: int) -> None:
+        keys = sorted(self.snaps)
+        i = bisect_right(keys, ts) - 1
+        if i >= 0 and keys[i] > (self._snapped or self.start):
+            self._snapped = keys[i]        # played again after a step back: this stretch is kept
+            return
         state = (self.model, self.parser, self.stream.place(), self.next)
         self.snaps[ts] = zlib.compress(pickle.dumps(state, pickle.HIGHEST_PROTOCOL), 1)
         self._snapped = ts
-        if sum(map(len, self.snaps.values())) > SNAP_BUDGET:
-            for old in sorted(self.snaps)[::2]:
-                del self.snaps[old]
+        self._kept += len(self.snaps[ts])
+        while self._kept > SNAP_BUDGET and len(self.snaps) > 2:
+            self._thin(ts)
+
+    def _thin(self, at: int) -> None:
+        """Over budget: drop the state whose neighbours are closest together for its distance from
+        the cursor. States stay one a SNAP_NS just behind the cursor, where a step back lands, and
+        thin out, ever wider apart, towards the start (a long way back may feed minutes again)."""
+        keys = sorted(self.snaps)
+        i = min(range(1, len(keys) - 1), key=lambda j: (keys[j + 1] - keys[j - 1]) / (abs(at - keys[j]) + self.snap_ns))
+        self._kept -= len(self.snaps.pop(keys[i]))
 
     def _back_to(self, ts: int) -> None:
         keys = sorted(self.snaps)
