@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 CONV_RE = re.compile(r"%(@?)[-+ #0]*\d*(?:\.\d+)?(?:hh|h|ll|l|L)?([a-zA-Z%])")
 PROBE_RE = re.compile(r"^(fbt|sdt|profile|dtrace)(?::[\w$-]*){3}$|^(profile:::tick-\d+(?:s|ms|hz))$")
 PROVIDER_NAMES = {"dtrace": {"BEGIN", "END", "ERROR"}}
-OPTIONS = {"quiet", "defaultargs", "dynvarsize", "aggrate", "switchrate", "bufsize", "strsize"}
+OPTIONS = {"quiet", "defaultargs", "argref", "dynvarsize", "aggrate", "switchrate", "bufsize", "strsize"}
 BUILTINS = {"timestamp", "arg0", "arg1", "arg2", "arg3", "args", "probename", "cpu", "NULL"}
 
 
@@ -70,6 +70,8 @@ def parse(text: str) -> Script:
                 script.problems.append(f"unknown pragma: {line.strip()}")
             script.pragmas.append(line.strip())
     code = re.sub(r"^#.*$", "", code, flags=re.M)
+    # top-level declarations (`uint64_t name[uint64_t];`): no clause; kept as blank lines
+    code = re.sub(r"^[A-Za-z_][\w ]*?\s\w+\s*(?:\[[\w ,*]*\])?\s*;[ \t]*$", "", code, flags=re.M)
     i, depth, head_start = 0, 0, 0
     while i < len(code):
         c = code[i]
@@ -139,6 +141,13 @@ def agg_arity(text: str) -> dict[str, set[int]]:
 
 
 def _check(script: Script) -> None:
+    # zfsobs passes every script two macro arguments (zfsobs/sources/dtrace.py command_line: the pool
+    # and the interval); dtrace refuses a script whose last one is never referenced ("extraneous
+    # argument '1' ($2 is not referenced)", D_MACRO_UNUSED: illumos, FreeBSD and Linux alike) unless
+    # argref is set; defaultargs covers only the opposite case (seen on DTrace 2.0.7, issue 27)
+    code = strip_comments(script.text)
+    if not re.search(r"\$\$?2\b", code) and "#pragma D option argref" not in script.pragmas:
+        script.problems.append("$2 (the interval zfsobs passes) is never referenced: needs #pragma D option argref")
     arity = agg_arity(script.text)
     for name, sizes in arity.items():
         if len(sizes) > 1:

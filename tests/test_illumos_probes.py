@@ -82,6 +82,7 @@ def test_d_text_passes_the_static_checks(name):
     (lambda t: t.replace("this->t3 = txg_syncing", "this->t9 = txg_syncing", 1), "this->t3 is read but never set"),
     (lambda t: t.replace("sdt:::txg-opened\n{", "sdt:txg-opened\n{", 1), "bad probe description"),
     (lambda t: t.replace("#pragma D option quiet", "#pragma D option quite", 1), "unknown pragma"),
+    (lambda t: t.replace("#pragma D option argref\n", "", 1), "needs #pragma D option argref"),
     (lambda t: t + "\n// note\n", "// comment"),
     (lambda t: t.replace("txg_birth[arg0, arg1] = timestamp;", "txg_birth[arg0, arg1] = timestamp", 1), "no ;"),
 ])

@@ -21,7 +21,12 @@
  */
 #pragma D option quiet
 #pragma D option defaultargs
+/* zfsobs passes $2 (the interval) to every script; this one has no use for it */
+#pragma D option argref
 #pragma D option dynvarsize=4m
+
+/* read (txg-synced, below) before the clause that writes it: D needs it declared first */
+uint64_t txg_last_start[uint64_t];
 
 dtrace:::BEGIN
 {

@@ -28,6 +28,8 @@
  */
 #pragma D option quiet
 #pragma D option defaultargs
+/* zfsobs passes $2 (the interval) to every script; this one has no use for it */
+#pragma D option argref
 #pragma D option dynvarsize=32m
 
 dtrace:::BEGIN
