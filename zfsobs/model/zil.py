@@ -21,7 +21,7 @@ ITX_TYPES = 26           # tx0..tx24 and txother
 LAT_BUCKETS = 50         # two zil_lat segments of 25
 SEGMENT = 25
 FLOW_KEEP_NS = 600 * 10**9
-KEEP = 5000              # rows kept per pool in live/replay (report keeps all)
+KEEP = 5000              # rows kept per pool (a report hands older ones to its ledger)
 SETTLED = 16             # rows newer than a final row before its per-CPU parts are dropped
 SAME_SYNC_NS = 50 * 10**6   # the zil and txg probes see one spa_sync entry within microseconds
 
