@@ -39,12 +39,11 @@ def build(capture: Capture, samples: bool = True, digests: bool = True, rows: bo
     return model, parser
 
 
-def sections(capture: Capture, built: tuple[Model, Parser] | None = None, rows: bool = True) -> dict:
+def sections(capture: Capture, built: tuple[Model, Parser] | None = None) -> dict:
     """The report's data; each STREAMED section is a function that yields its rows (None when
     built with rows=False). `built` is build(capture) when the caller has it (tests, scripts/bench-ingest)."""
-    model, parser = built or build(capture, samples=False, rows=rows)
+    model, parser = built or build(capture, samples=False)
     ledger = model.ledger
-    rows = ledger.keeps_rows
     meta = dict(capture.meta)
     meta.update(events=parser.events, malformed=parser.malformed, lost=model.lost,
                 lost_by_probe=dict(model.lost_by_probe),
@@ -84,7 +83,8 @@ def sections(capture: Capture, built: tuple[Model, Parser] | None = None, rows: 
         for pool in sorted(ledger.zil_stats):
             for r in ledger.rows("zil", pool):
                 yield blank(r, zna)
-    return {"meta": meta, "txgs": rows and txg_rows, "zil": rows and zil_rows, "vdev_queue": vq_rows,
+    rows = ledger.keeps_rows
+    return {"meta": meta, "txgs": txg_rows if rows else None, "zil": zil_rows if rows else None, "vdev_queue": vq_rows,
             "vdev_cache": vc_rows,
             "summary": {"txg": summary, "zil": zil_summary, "vdev_queue": vq_summary, "vdev_cache": vc_summary}}
 
