@@ -3,11 +3,15 @@ libzpool under the lab's ztest); re-record them with ./scripts/record-fixtures."
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
+import inspect
 import os
+import re
 import shutil
 import subprocess
 import time
+import warnings
 
 import pytest
 
@@ -87,6 +91,67 @@ def lab_ready() -> str:
     if not os.path.exists("/usr/sbin/ztest"):
         return "needs ztest (zfs-test)"
     return ""
+
+
+# How zfsobs names a lab whose ztest failed (zfsobs/labs/userland.py: Lab.failure).
+ZTEST_FAILED = re.compile(r"ztest exited with status -?\d+.*")
+LAB_ATTEMPTS = 3
+
+
+class ZtestFailed(Exception):
+    """The lab's ztest ended on a failure of its own, which no lab test can compare with its truth."""
+
+
+def ztest_lived(*texts: str) -> None:
+    """Raise ZtestFailed if any of TEXTS (zfsobs's stderr, a trailer's reason) says the lab's ztest
+    failed. ztest is OpenZFS's randomized stress test, and now and then one of its own assertions
+    ends a run (signal 6: stop 31's CI, one lab run of ~25; docs/testing.md). Cut short so, a run
+    cannot match its truth (that one lost a ZIL commit in flight), and it is ztest's failure, not
+    zfsobs's: @lab_run runs the lab again."""
+    for text in texts:
+        if m := ZTEST_FAILED.search(text or ""):
+            raise ZtestFailed(m[0])
+
+
+def still_running(proc: subprocess.Popen, why: str = "") -> None:
+    """Assert that zfsobs (PROC, stderr piped) still runs; if it ended, its stderr says why."""
+    if proc.poll() is not None:
+        err = proc.stderr.read() if proc.stderr else ""
+        ztest_lived(err)
+        raise AssertionError(f"zfsobs ended early (status {proc.returncode}) {why}: {err[-2000:]}")
+
+
+def lab_run(fn):
+    """For a fixture or test that runs the lab: call it again, up to LAB_ATTEMPTS times in all, if it
+    raises ZtestFailed (ztest_lived), each retry a warning in pytest's summary. A generator fixture
+    is retried up to its yield; a test's tmp_path is emptied for its next attempt."""
+    def attempts(call, tmp_path=None):
+        for attempt in range(1, LAB_ATTEMPTS + 1):
+            try:
+                return call()
+            except ZtestFailed as exc:
+                if attempt == LAB_ATTEMPTS:
+                    raise
+                warnings.warn(f"{fn.__name__}: the lab's {exc}; running it again "
+                              f"(attempt {attempt + 1} of {LAB_ATTEMPTS})")
+                for entry in tmp_path.iterdir() if tmp_path else ():
+                    shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def generator(*args, **kwargs):
+            def first():
+                gen = fn(*args, **kwargs)
+                return gen, next(gen)
+            gen, value = attempts(first)
+            yield value
+            next(gen, None)
+        return generator
+
+    @functools.wraps(fn)
+    def plain(*args, **kwargs):
+        return attempts(lambda: fn(*args, **kwargs), kwargs.get("tmp_path"))
+    return plain
 
 
 def kernel_lab_ready(flavour: str = "stock", distro: str = "bookworm") -> str:

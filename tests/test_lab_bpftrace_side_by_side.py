@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from conftest import lab_ready, load_capture
+from conftest import lab_ready, lab_run, load_capture, ztest_lived
 from test_lab_bpftrace_versions import VERSIONS, bpftrace_for, private_library
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser
@@ -88,7 +88,7 @@ def run_lab(libdir: str, library: str) -> None:
     try:
         lab.start()
         lab.proc.wait(timeout=LAB_TIME + 240)
-        assert not lab.failure(), lab.failure()
+        ztest_lived(lab.failure())
     finally:
         lab.stop()
 
@@ -102,6 +102,7 @@ def stopped(proc: subprocess.Popen) -> tuple[str, str]:
 
 
 @pytest.fixture(scope="module")
+@lab_run
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("side-by-side")
     libdir = private_library(tmp)

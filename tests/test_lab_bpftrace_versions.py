@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from conftest import lab_ready, truth_running
+from conftest import lab_ready, lab_run, truth_running, ztest_lived
 from zfsobs.sources import bpftrace as source, stop_marker
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser, parse_all
@@ -71,6 +71,7 @@ def record(tmp, bpftrace: str, args: list[str], **popen) -> subprocess.Popen:
 
 
 @pytest.fixture(scope="module", params=list(VERSIONS))
+@lab_run
 def run(request, tmp_path_factory):
     version, suite = VERSIONS[request.param]
     bpftrace = bpftrace_for(suite)
@@ -80,6 +81,7 @@ def run(request, tmp_path_factory):
     with truth_running(tmp, TRUTH, os.path.realpath(os.path.join(libdir, "libzpool.so.5"))):
         proc = record(tmp, bpftrace, ["--lab-time", str(LAB_TIME), "-O", str(cap)])
         _, err = proc.communicate(timeout=600)
+    ztest_lived(err)
     assert proc.returncode == 0, err[-3000:]
     captured = read_capture(str(cap))
     pool = captured.meta["lab"]["pool"]

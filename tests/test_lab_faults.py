@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import lab_ready, truth_running, txg_rows_in
+from conftest import lab_ready, lab_run, still_running, truth_running, txg_rows_in, ztest_lived
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser, parse_all
 from zfsobs.sources.bpftrace import DEFAULT_PROBES
@@ -48,13 +49,15 @@ def uprobes_on_the_library() -> dict[int, str]:
     return holders
 
 
+@lab_run
 def test_a_probe_killed_mid_record_ends_the_capture_cleanly(tmp_path):
     cap = tmp_path / "cut.cap"
     proc = subprocess.Popen(ZFSOBS + ["record", "--lab", "-O", str(cap)], stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 180
         while not (cap.exists() and cap.stat().st_size > 4000):   # txgs are being written
-            assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-2000:]
+            still_running(proc)
+            assert time.time() < deadline, "no txgs recorded"
             time.sleep(0.5)
         (victim,) = probe_pids("txg", proc.pid)
         killed_at = time.monotonic_ns()
@@ -97,6 +100,36 @@ def assert_nothing_left(meta: dict, owner: int) -> None:
     assert not glob.glob(f"/tmp/zfsobs-probes-{owner}-*")
 
 
+def test_a_ztest_that_fails_on_its_own_stops_the_recording_and_keeps_its_log(tmp_path):
+    """ztest's pass ended by SIGABRT, as one of its own assertions ends it (CI saw one, signal 6):
+    zfsobs stops with ztest's status and last line, keeps the log's tail where it says (the lab
+    directory is removed), exits 0 (the recording is whole) and leaves nothing else behind."""
+    cap = tmp_path / "aborted.cap"
+    proc = subprocess.Popen(ZFSOBS + ["record", "--lab", "-O", str(cap)], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 180
+        while len(txg_rows_in(cap)) < 5:       # a pass is syncing txgs
+            still_running(proc)
+            assert time.time() < deadline, "no txgs recorded"
+            time.sleep(0.5)
+        top = subprocess.run(["pgrep", "-P", str(proc.pid), "-x", "ztest"], capture_output=True, text=True).stdout.split()
+        kids = subprocess.run(["pgrep", "-P", top[0], "-x", "ztest"], capture_output=True, text=True).stdout.split()
+        os.kill(int(kids[0]), signal.SIGABRT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reason = read_capture(str(cap)).trailer["reason"]
+    m = re.fullmatch(r"ztest exited with status \d+: child died with signal 6; its log: (/\S+)", reason)
+    assert proc.returncode == 0 and m and err.rstrip().splitlines()[-2].endswith(f"stopped: {reason}"), err[-2000:]
+    try:
+        assert open(m[1]).read().rstrip().endswith("child died with signal 6")
+    finally:
+        os.unlink(m[1])
+    assert_nothing_left(read_capture(str(cap)).meta, proc.pid)
+
+
 # The synced state of each txg, as ZFS records it for the txgs kstat, timed by this bpftrace.
 SYNCED = r"""
 uprobe:LIB:spa_txg_history_set /arg2 == 4/ { printf("S %d %s %llu %llu\n", pid, str(arg0), arg1, nsecs); }
@@ -107,6 +140,7 @@ MIN_TXGS = 50
 
 
 @pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM", "lab-end"])
+@lab_run
 def test_every_way_out_keeps_every_txg_and_leaves_nothing_behind(tmp_path, stop):
     cap = tmp_path / "out.cap"
     args = ["record", "--lab", "-O", str(cap)] + (["--lab-time", "30"] if stop == "lab-end" else [])
@@ -123,7 +157,8 @@ def test_every_way_out_keeps_every_txg_and_leaves_nothing_behind(tmp_path, stop)
                 # enough synced txgs (ztest's pace varies with the machine's load), within a bound
                 deadline = time.time() + 300
                 while len(txg_rows_in(cap)) < MIN_TXGS + 10:
-                    assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-2000:]
+                    still_running(proc)
+                    assert time.time() < deadline, "too slow"
                     time.sleep(1)
                 stopped_at = time.monotonic_ns()
                 proc.send_signal(getattr(signal, stop))
@@ -132,6 +167,7 @@ def test_every_way_out_keeps_every_txg_and_leaves_nothing_behind(tmp_path, stop)
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+    ztest_lived(err)
     assert proc.returncode == 0 and "Traceback" not in err, err[-2000:]
     captured = read_capture(str(cap))
     reason = {"SIGINT": "interrupted (SIGINT)", "SIGTERM": "terminated (SIGTERM)",

@@ -16,7 +16,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from conftest import lab_ready
+from conftest import lab_ready, lab_run, ztest_lived
 from prom_server import Prometheus, free_port, missing
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser, parse_all
@@ -38,6 +38,7 @@ def wait_for(path, text, proc, timeout):
 
 
 @pytest.fixture(scope="module")
+@lab_run
 def live(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("prom-live")
     port, cap, err = free_port(), tmp / "live.cap", tmp / "exporter.err"
@@ -70,6 +71,7 @@ def live(tmp_path_factory):
             proc.send_signal(signal.SIGTERM)
         code = proc.wait(60)
         server.stop()
+        ztest_lived(err.read_text())
     assert code == 0, err.read_text()[-2000:]
 
 

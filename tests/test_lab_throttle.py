@@ -16,7 +16,7 @@ from collections import defaultdict
 
 import pytest
 
-from conftest import lab_ready, truth_running
+from conftest import lab_ready, lab_run, truth_running, ztest_lived
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser, parse_all
 from zfsobs.targets.target import libzpool
@@ -44,6 +44,7 @@ def symbols(lib: str) -> dict[str, int]:
 
 
 @pytest.fixture(scope="module")
+@lab_run
 def run(tmp_path_factory):
     lib = libzpool()
     sym = symbols(lib.path)
@@ -58,6 +59,7 @@ def run(tmp_path_factory):
         res = subprocess.run(ZFSOBS + ["record", "--lab", "--lab-time", "20", "--option",
                                        f"zfs_dirty_data_max={DIRTY_MAX}", "-O", str(cap)],
                              capture_output=True, text=True, timeout=600)
+    ztest_lived(res.stderr)
     assert res.returncode == 0, res.stderr[-2000:]
     truth: dict[int, dict] = defaultdict(dict)
     for line in (tmp / "truth.out").read_text().splitlines():

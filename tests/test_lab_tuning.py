@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import lab_ready
+from conftest import lab_ready, lab_run, ztest_lived
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser, parse_all
 from zfsobs.model.segments import SETTLE_NS
@@ -37,6 +37,7 @@ def scenario(tmp_path, name, segment=SEGMENT):
     cap = tmp_path / f"{name}.cap"
     res = subprocess.run([SCENARIO, name, "--segment", str(segment), "--out", str(cap), "--format", "json"],
                          capture_output=True, text=True, timeout=600)
+    ztest_lived(res.stderr)
     assert res.returncode == 0, res.stderr[-3000:]
     sets = [(m[1], int(m[2]), int(m[3]), int(m[4])) for m in SET_RE.finditer(res.stderr)]
     capture = read_capture(str(cap))
@@ -45,11 +46,13 @@ def scenario(tmp_path, name, segment=SEGMENT):
 
 
 @pytest.fixture(scope="module")
+@lab_run
 def max_active(tmp_path_factory):
     return scenario(tmp_path_factory.mktemp("tuning"), "async-write-max-active")
 
 
 @pytest.fixture(scope="module")
+@lab_run
 def cache_max(tmp_path_factory):
     # ztest's cache-sized reads are sparse: a longer segment so that each has misses
     return scenario(tmp_path_factory.mktemp("tuning"), "vdev-cache-max", segment=12)
@@ -149,6 +152,7 @@ _pass_running.seen = set()
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
+@lab_run
 def test_top_shows_a_lab_set_within_two_seconds():
     """The issue's acceptance: `zfsobs top --lab` on a terminal, `zfsobs lab set` from another
     process, and the live view shows the change (its panel, old -> new) within two seconds."""
@@ -208,4 +212,6 @@ def test_top_shows_a_lab_set_within_two_seconds():
         except subprocess.TimeoutExpired:
             proc.kill()
         os.close(master)
-    assert proc.returncode == 0, proc.stderr.read()[-2000:]
+        err = proc.stderr.read()
+        ztest_lived(err)
+    assert proc.returncode == 0, err[-2000:]

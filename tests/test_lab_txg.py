@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import lab_ready, truth_running, txg_rows_in
+from conftest import lab_ready, lab_run, still_running, truth_running, txg_rows_in, ztest_lived
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser
 from zfsobs.targets.target import libzpool
@@ -39,6 +39,7 @@ def txg_truth(tmp):
 
 
 @pytest.fixture(scope="module")
+@lab_run
 def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("lab")
     cap = tmp / "x.cap"
@@ -49,7 +50,8 @@ def run(tmp_path_factory):
         try:
             deadline = time.time() + 300
             while not enough(txg_rows_in(cap)):
-                assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-2000:] if proc.poll() else "too slow"
+                still_running(proc)
+                assert time.time() < deadline, "too slow"
                 time.sleep(1)
             proc.send_signal(signal.SIGTERM)
             _, err = proc.communicate(timeout=120)
@@ -57,6 +59,7 @@ def run(tmp_path_factory):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+    ztest_lived(err)
     assert proc.returncode == 0, err
     stime, ret = {}, {}
     for line in (tmp / "truth.out").read_text().splitlines():

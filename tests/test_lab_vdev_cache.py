@@ -17,7 +17,7 @@ from collections import defaultdict
 
 import pytest
 
-from conftest import lab_ready, load_capture, truth_running
+from conftest import lab_ready, lab_run, load_capture, truth_running, ztest_lived
 from zfsobs.model.vdev_cache import derive
 from zfsobs.targets.target import libzpool
 
@@ -82,11 +82,13 @@ def record(tmp, name, options):
     args = [a for o in options for a in ("--option", o)]
     res = subprocess.run(ZFSOBS + ["record", "--lab", "--lab-time", str(LAB_SECONDS), *args, "-O", str(cap)],
                          capture_output=True, text=True, timeout=400)
+    ztest_lived(res.stderr)
     assert res.returncode == 0, res.stderr
     return load_capture(cap, "vc")
 
 
 @pytest.fixture(scope="module")
+@lab_run
 def runs(tmp_path_factory):
     lib = libzpool()
     if lib.version != "2.1.11":

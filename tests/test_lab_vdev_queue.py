@@ -16,7 +16,7 @@ from collections import defaultdict
 
 import pytest
 
-from conftest import lab_ready, truth_running
+from conftest import lab_ready, lab_run, truth_running, ztest_lived
 from test_vq_dumps import FREE, totals
 from zfsobs.sources import vq_dumps
 from zfsobs.capture import read_capture
@@ -68,6 +68,7 @@ def record(tmp, limit, watch):
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
+    ztest_lived(err)
     assert proc.returncode == 0, err
     capture = read_capture(str(cap))
     pool = capture.meta["lab"]["pool"]
@@ -78,6 +79,7 @@ def record(tmp, limit, watch):
 
 
 @pytest.fixture(scope="module")
+@lab_run
 def runs(tmp_path_factory):
     lib = libzpool()
     if lib.version != "2.1.11":

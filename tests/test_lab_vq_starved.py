@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from conftest import lab_ready
+from conftest import lab_ready, lab_run, still_running, ztest_lived
 from test_lab_faults import probe_pids
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser, parse_all
@@ -48,13 +48,15 @@ def starve(pids: list[int]) -> None:
 
 
 @pytest.fixture(scope="module")
+@lab_run
 def starved(tmp_path_factory):
     cap = tmp_path_factory.mktemp("starved") / "starved.cap"
     proc = subprocess.Popen(ZFSOBS + ["record", "--lab", "--lab-time", "20", "-O", str(cap)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while not (cap.exists() and cap.stat().st_size > 20000):
-        assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-2000:]
+        still_running(proc)
+        assert time.time() < deadline, "too slow"
         time.sleep(0.5)
     pids = probe_pids("vdev_queue", proc.pid)
     assert len(pids) == 1, pids
@@ -64,6 +66,7 @@ def starved(tmp_path_factory):
         for pid in pids:
             os.kill(pid, signal.SIGCONT)
     _, err = proc.communicate(timeout=400)
+    ztest_lived(err)
     assert proc.returncode == 0, err[-2000:]
     return list(parse_all(read_capture(str(cap)).lines, Parser()))
 

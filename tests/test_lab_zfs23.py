@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from conftest import lab_ready, truth_running
+from conftest import lab_ready, lab_run, truth_running, ztest_lived
 from zfsobs.targets import render as probes
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser
@@ -55,6 +55,7 @@ MIN_SYNCS = 50
 
 
 @pytest.fixture(scope="module")
+@lab_run
 def run(tmp_path_factory):
     """A lab run with at least MIN_SYNCS syncs of its pools, by construction: ztest runs LAB_TIME
     seconds, and a run that synced fewer (a busy machine slows ztest) is done again, longer."""
@@ -71,6 +72,7 @@ def _record(tmp, lab_time: int) -> dict:
     with truth_running(tmp, TRUTH, library):
         res = subprocess.run(ZFSOBS + ["record", "--lab", "--zfs", "2.3", "--lab-time", str(lab_time),
                                        "--option", TUNABLE, "-O", str(cap)], capture_output=True, text=True, timeout=600)
+    ztest_lived(res.stderr)
     assert res.returncode == 0, res.stderr
     captured = read_capture(str(cap))
     pool = captured.meta["lab"]["pool"]

@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import lab_ready, truth_running
+from conftest import lab_ready, lab_run, truth_running, ztest_lived
 from zfsobs.model.zil import LAT_BUCKETS, lat_bounds, lat_bucket, size_bin
 from zfsobs.targets.target import libzpool
 
@@ -44,6 +44,7 @@ END { clear(@s); clear(@z); clear(@i); clear(@in); }
 
 
 @pytest.fixture(scope="module")
+@lab_run
 def run(tmp_path_factory):
     lib = libzpool()
     if lib.version != "2.1.11":
@@ -57,6 +58,7 @@ def run(tmp_path_factory):
             res = subprocess.run(ZFSOBS + ["zilstat", "--lab", "--workload", "zil", "--lab-time",
                                            str(LAB_SECONDS * factor), "--record", str(cap), "txg"],
                                  capture_output=True, text=True, timeout=300 * factor)
+        ztest_lived(res.stderr)
         assert res.returncode == 0, res.stderr
         report = subprocess.run(ZFSOBS + ["report", str(cap), "--format", "json"], capture_output=True,
                                 text=True, timeout=120 * factor)

@@ -211,6 +211,8 @@ def _exporter(args) -> int:
         exporter.linger(server, session.reason)
     else:
         server.shutdown()
+        if not session.reason.startswith(("interrupted", "terminated")):     # e.g. the lab's ztest failed
+            print(f"zfsobs: stopped: {session.reason}", file=sys.stderr)
     return 0
 
 

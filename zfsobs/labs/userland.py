@@ -3,6 +3,7 @@ temp directory, as a traced target. Removes its files on every exit it can see."
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -35,6 +36,9 @@ PREFIX = "zfsobs-lab-"
 # Sizes for a 2-core, 24 GiB machine: 5 vdevs of 64 MiB grow to ~1 GiB of files in a 30 s run.
 VDEV_SIZE = "64M"
 PASS_SECONDS = 60
+# A failed ztest's log tail kept past the lab's removal (its failed check and zfs_dbgmsg dump).
+KEPT_LOG = 64 << 10
+CHECK_FAILED = re.compile(r"VERIFY|ASSERT|assert|panic|failed|aborting")
 # Workloads. ztest runs zil_commit at most ~10 times a second per process (ztest_zil_commit's
 # zopt_incessant interval in a call state all its threads share), and one ztest already uses both
 # cores here, so more processes do not add commits. "zil" makes each commit carry more instead:
@@ -95,6 +99,7 @@ class Lab:
             if int(value) >= 1 << 32:     # ztest -o sets 32-bit globals and would truncate silently
                 raise ZfsobsError(f"lab option {opt!r}: ztest sets tunables as 32-bit values (< 4294967296)")
         self.dir = ""
+        self.kept_log = ""
         self.proc: subprocess.Popen | None = None
         # A pool name of its own, so other ztest runs on this machine (same library) are told apart.
         self.pool = f"zfsobs_lab_{os.getpid()}"
@@ -141,16 +146,29 @@ class Lab:
         return self.proc is not None and self.proc.poll() is None
 
     def failure(self) -> str:
-        """Why ztest ended badly (its last log line), or '' if it is running or ended well."""
+        """Why ztest ended badly, or '' if it is running or ended well: its last log line, the
+        check that failed (ztest is a randomized stress test: now and then one of OpenZFS's own
+        assertions ends a run, signal 6), and where the log's tail is kept (stop() removes the lab)."""
         if self.proc is None or self.proc.poll() in (None, 0):
             return ""
         try:
             with open(os.path.join(self.dir, "ztest.log"), "rb") as f:
-                tail = f.read()[-2000:].decode(errors="replace").strip().splitlines()
+                f.seek(max(0, os.fstat(f.fileno()).st_size - KEPT_LOG), os.SEEK_SET)
+                tail = f.read()
         except OSError:
-            tail = []
-        last = tail[-1] if tail else ""
-        return f"ztest exited with status {self.proc.returncode}" + (f": {last[:200]}" if last else "")
+            tail = b""
+        lines = tail.decode(errors="replace").strip().splitlines()
+        last = lines[-1] if lines else ""
+        why = f"ztest exited with status {self.proc.returncode}" + (f": {last[:200]}" if last else "")
+        check = next((l for l in reversed(lines[:-1]) if CHECK_FAILED.search(l)), "")
+        if check:
+            why += f" ({check.strip()[:300]})"
+        if tail and not self.kept_log:
+            kept = "/var/tmp" if os.access("/var/tmp", os.W_OK) else tempfile.gettempdir()
+            self.kept_log = os.path.join(kept, f"zfsobs-ztest-{os.getpid()}.log")
+            with open(self.kept_log, "wb") as f:
+                f.write(tail)
+        return why + (f"; its log: {self.kept_log}" if self.kept_log else "")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
