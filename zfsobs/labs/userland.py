@@ -38,7 +38,7 @@ VDEV_SIZE = "64M"
 PASS_SECONDS = 60
 # A failed ztest's log tail kept past the lab's removal (its failed check and zfs_dbgmsg dump).
 KEPT_LOG = 64 << 10
-CHECK_FAILED = re.compile(r"VERIFY|ASSERT|assert|panic|failed|aborting")
+CHECK_FAILED = re.compile(r"^ztest: |VERIFY|ASSERT|assert|panic|failed|aborting")
 # Workloads. ztest runs zil_commit at most ~10 times a second per process (ztest_zil_commit's
 # zopt_incessant interval in a call state all its threads share), and one ztest already uses both
 # cores here, so more processes do not add commits. "zil" makes each commit carry more instead:
