@@ -29,6 +29,7 @@ class Script:
     clauses: list[Clause] = field(default_factory=list)
     pragmas: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    declared: set[str] = field(default_factory=set)
 
 
 def strip_comments(text: str) -> str:
@@ -71,7 +72,9 @@ def parse(text: str) -> Script:
             script.pragmas.append(line.strip())
     code = re.sub(r"^#.*$", "", code, flags=re.M)
     # top-level declarations (`uint64_t name[uint64_t];`): no clause; kept as blank lines
-    code = re.sub(r"^[A-Za-z_][\w ]*?\s\w+\s*(?:\[[\w ,*]*\])?\s*;[ \t]*$", "", code, flags=re.M)
+    decl = re.compile(r"^[A-Za-z_][\w ]*?\s(\w+)\s*(?:\[[\w ,*]*\])?\s*;[ \t]*$", re.M)
+    script.declared = set(decl.findall(code))
+    code = decl.sub("", code)
     i, depth, head_start = 0, 0, 0
     while i < len(code):
         c = code[i]
@@ -148,6 +151,7 @@ def _check(script: Script) -> None:
     code = strip_comments(script.text)
     if not re.search(r"\$\$?2\b", code) and "#pragma D option argref" not in script.pragmas:
         script.problems.append("$2 (the interval zfsobs passes) is never referenced: needs #pragma D option argref")
+    _check_order(script)
     arity = agg_arity(script.text)
     for name, sizes in arity.items():
         if len(sizes) > 1:
@@ -174,6 +178,37 @@ def _check(script: Script) -> None:
             keys = {n for a in aggs for n in arity.get(a[1:], {-1})}
             if len(keys) != 1 or len(conv) - conv.count("@") != keys.pop():
                 script.problems.append(f"line {clause.line}: printa key conversions do not match the keys")
+
+
+ASSIGN_RE = r"\s*(?:[-+*/|&]?=(?!=)|\+\+|--)"
+
+
+def _check_order(script: Script) -> None:
+    """What D refuses or gets wrong by textual order. A global array read before it is declared or
+    assigned does not compile ('has not yet been declared or assigned', D types a variable where it
+    first appears). And this-> variables are not zeroed between firings: one tested in a predicate
+    must be set by an earlier clause of each of its probes that always runs (no predicate), or whose
+    predicate begins this one's, else it can hold a value from an earlier firing (issue 27)."""
+    known = set(script.declared)
+    for clause in script.clauses:
+        for stmt in split_top(clause.predicate, ";") + split_top(clause.body, ";"):
+            target = re.match(r"\s*(?<![@>.])\b([a-z_]\w*)\[[^;]*?\]" + ASSIGN_RE, stmt)
+            head = target.end(1) if target else 0
+            for m in re.finditer(r"(?<![@>.\w])([a-z_]\w*)\[", stmt[head:]):
+                if m.group(1) not in known and m.group(1) != "args":
+                    script.problems.append(f"line {clause.line}: {m.group(1)}[] is read before it is "
+                                           "declared or assigned (declare it at the top)")
+                    known.add(m.group(1))
+            if target:
+                known.add(target.group(1))
+    for i, clause in enumerate(script.clauses):
+        for var in sorted(set(re.findall(r"this->\w+", clause.predicate))):
+            for probe in clause.probes:
+                if not any(probe in e.probes and re.search(re.escape(var) + ASSIGN_RE, e.body)
+                           and (not e.predicate or clause.predicate.startswith(e.predicate + " &&"))
+                           for e in script.clauses[:i]):
+                    script.problems.append(f"line {clause.line}: {var} in the predicate may be stale for "
+                                           f"{probe}: no earlier clause of it that always runs sets it")
 
 
 def _string(arg: str) -> str:

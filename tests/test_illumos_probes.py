@@ -54,6 +54,18 @@ def stream_events(name: str) -> dict:
     return events
 
 
+def test_openzfs_22s_vdev_queue_script_passes_the_checks_and_prints_what_the_bt_prints():
+    """probes/dtrace-openzfs/vdev_queue.d (Linux's and FreeBSD's OpenZFS 2.2+, where illumos's
+    functions are inlined) prints the .bt's own lines and dumps, for zfsobs/sources/vq_dumps.py."""
+    text = (ROOT / "probes" / "dtrace-openzfs" / "vdev_queue.d").read_text()
+    assert dlint.parse(text).problems == []
+    raw = {k: v for k, v in dlint.events(probes.source("vdev_queue")).items() if k not in end_maps.OWN}
+    raw["bye"] = {frozenset(f - {"held"}) for f in raw["bye"]}
+    assert dlint.events(text) == raw
+    printed = [m for fmt in re.findall(r'print[af]\("([^"]*)"', text) for m in re.findall(r"(@vq_\w+)\[", fmt)]
+    assert sorted(set(printed)) == ["@vq_lma", "@vq_lmi", "@vq_lt", "@vq_n0", "@vq_x0"]
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_lines_fit_the_schema(name):
     for kind, lines in dlint.formats(d_text(name)).items():
@@ -88,6 +100,18 @@ def test_d_text_passes_the_static_checks(name):
 ])
 def test_the_checker_catches_breakage(broken, problem):
     assert any(problem in p for p in dlint.parse(broken(d_text("txg"))).problems)
+
+
+@pytest.mark.parametrize("name, broken, problem", [
+    # the declaration DTrace 2.0.7 asked for ('txg_last_start has not yet been declared or assigned')
+    ("txg", lambda t: t.replace("uint64_t txg_last_start[uint64_t];\n", "", 1), "txg_last_start[] is read before"),
+    # zil.d as it was: the flag tested after a predicated clause, never reset (a commit counted twice)
+    ("zil", lambda t: t.replace("\tthis->on = 0;\n\tthis->b = 0;\n", "\tthis->b = 0;\n", 1),
+     "this->on in the predicate may be stale for fbt::zil_commit_impl:return"),
+])
+def test_the_checker_catches_what_dtrace_refuses_or_gets_wrong_by_order(name, broken, problem):
+    assert dlint.parse(d_text(name)).problems == []
+    assert any(problem in p for p in dlint.parse(broken(d_text(name))).problems)
 
 
 def test_the_checker_catches_a_printa_mismatch():

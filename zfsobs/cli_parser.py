@@ -11,6 +11,8 @@ import math
 from zfsobs import __version__
 from zfsobs.errors import ZfsobsError
 
+DEFAULT_LISTEN = "127.0.0.1:9976"     # exporter: loopback (docs/prometheus.md: the port)
+
 OUTPUT_FLAGS = ("-O", "--output", "--out")
 LEGACY_OUTPUT = "record -o FILE is the old spelling of -O FILE (-o is NAME=VALUE, a lab tunable)"
 
@@ -56,6 +58,9 @@ def _target_args(p: argparse.ArgumentParser) -> None:
                         "docs/kstat.md), or auto: trace if it can run here, else kstat (the header says which)")
     p.add_argument("-p", "--pool", action="append", default=[], metavar="POOL",
                    help="only this pool (repeatable; default: all pools)")
+    p.add_argument("--tracer", choices=("auto", "bpftrace", "dtrace"), default="auto",
+                   help="auto: bpftrace on Linux, dtrace on illumos and FreeBSD; dtrace on Linux: "
+                        "Oracle's DTrace 2.x on the kernel's zfs module (docs/illumos.md)")
     _bpftrace_arg(p)
 
 
@@ -111,8 +116,8 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("exporter", help="serve the live figures on /metrics for Prometheus (docs/prometheus.md)")
     _target_args(p)
-    p.add_argument("--listen", default="127.0.0.1:9976", metavar="HOST:PORT",
-                   help="where /metrics is served (default 127.0.0.1:9976, loopback)")
+    p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                   help=f"where /metrics is served (default {DEFAULT_LISTEN}, loopback)")
     _record_arg(p)
     p.add_argument("--duration", type=positive, metavar="S", help="stop after S seconds")
 

@@ -6,6 +6,7 @@ import ctypes
 import os
 import shutil
 import signal
+import subprocess
 from typing import Callable
 
 PR_SET_PDEATHSIG = 1
@@ -17,6 +18,17 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
     except OSError:
         pass
+
+
+def stop(proc: subprocess.Popen, wait: float) -> None:
+    """SIGTERM to a child still running, then SIGKILL if it has not ended within `wait` seconds."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def remove_stale(root: str, prefix: str) -> None:

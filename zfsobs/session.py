@@ -14,6 +14,7 @@ from zfsobs.labs.userland import Lab
 from zfsobs.model import Model
 from zfsobs.pipeline import Pipeline
 from zfsobs.preflight import check_command, check_lab_options, check_output_dir, check_output_name
+from zfsobs.procs import stop
 from zfsobs.sources.selfcost import SelfCost
 from zfsobs.signals import Terminated, raise_on_termination, restore_defaults, whole
 from zfsobs.sources.dtrace import make_source
@@ -70,7 +71,7 @@ class Session:
                                   "zfsobs never writes tunables of a real system")
             target = resolve(args.target)
         self.source = make_source(target, self.probes, tunables, getattr(args, "pool", None),
-                                  getattr(args, "source", "auto"))
+                                  getattr(args, "source", "auto"), getattr(args, "tracer", "auto"))
         if getattr(args, "record", None):      # after the checks of root and tracing
             check_output_dir(args.record)
         self.status = Status(self.source.meta)
@@ -186,12 +187,7 @@ class Session:
             raise
 
     def _stop_command(self) -> None:
-        if self.command.poll() is None:
-            self.command.terminate()
-            try:
-                self.command.wait(10)
-            except subprocess.TimeoutExpired:
-                self.command.kill()
+        stop(self.command, 10)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self._ended_by(exc)

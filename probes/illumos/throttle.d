@@ -33,8 +33,14 @@ dtrace:::BEGIN
 
 fbt::dmu_tx_assign:entry
 {
-	self->atx = args[0];
+	self->atx = (dmu_tx_t *)arg0;
 	self->pend = 0;
+}
+
+/* this-> variables are not zeroed between firings: every flag a later clause tests is set first */
+fbt::dmu_tx_assign:return
+{
+	this->on = 0;
 }
 
 fbt::dmu_tx_assign:return
@@ -55,18 +61,25 @@ fbt::dmu_tx_assign:return
 	@tts[this->pool, this->txg] = max(timestamp);
 	@tdirty[this->pool, this->txg] = max(this->dp->dp_dirty_total);
 	@tn[this->pool, this->txg] = sum(this->refused);
-	@tmax[this->pool, this->txg] = max(`zfs_dirty_data_max);
-	@tpct[this->pool, this->txg] = max(`zfs_delay_min_dirty_percent);
-	@tscale[this->pool, this->txg] = max(`zfs_delay_scale);
+	@tmax[this->pool, this->txg] = max(*(uint64_t *)&`zfs_dirty_data_max);
+	@tpct[this->pool, this->txg] = max(*(uint32_t *)&`zfs_delay_min_dirty_percent);
+	@tscale[this->pool, this->txg] = max(*(uint64_t *)&`zfs_delay_scale);
 }
 
 /* throttled: tx_wait_dirty set (dmu_tx_wait() clears it before it returns); 2: already counted */
 fbt::dmu_tx_wait:entry
 {
-	self->wtx = args[0];
+	self->wtx = (dmu_tx_t *)arg0;
 	self->wt0 = timestamp;
-	self->wd = args[0]->tx_wait_dirty ? (self->pend ? 2 : 1) : 0;
+	self->wd = self->wtx->tx_wait_dirty ? (self->pend ? 2 : 1) : 0;
 	self->pend = 0;
+}
+
+fbt::dmu_tx_wait:return
+{
+	this->on = 0;
+	this->wd = 0;
+	this->b = 0;
 }
 
 fbt::dmu_tx_wait:return
@@ -90,9 +103,9 @@ fbt::dmu_tx_wait:return
 /this->on/
 {
 	@tts[this->pool, this->txg] = max(timestamp);
-	@tmax[this->pool, this->txg] = max(`zfs_dirty_data_max);
-	@tpct[this->pool, this->txg] = max(`zfs_delay_min_dirty_percent);
-	@tscale[this->pool, this->txg] = max(`zfs_delay_scale);
+	@tmax[this->pool, this->txg] = max(*(uint64_t *)&`zfs_dirty_data_max);
+	@tpct[this->pool, this->txg] = max(*(uint32_t *)&`zfs_delay_min_dirty_percent);
+	@tscale[this->pool, this->txg] = max(*(uint64_t *)&`zfs_delay_scale);
 }
 
 fbt::dmu_tx_wait:return
@@ -115,6 +128,11 @@ fbt::dmu_tx_wait:return
 {
 	@tw[this->pool, this->txg] = count();
 	@twns[this->pool, this->txg] = sum(this->ns);
+}
+
+profile:::tick-1s
+{
+	this->tflush = 0;
 }
 
 profile:::tick-1s

@@ -26,6 +26,11 @@
 #pragma D option defaultargs
 #pragma D option aggrate=100ms
 
+/* read (vdev_cache_read:entry) before the assignments below them: D needs them declared first */
+int64_t vc_lsize[uint64_t];
+int64_t vc_lmax[uint64_t];
+int64_t vc_lbshift[uint64_t];
+
 dtrace:::BEGIN
 {
 	vc_every = $2 > 0 ? $2 : 1;
@@ -35,15 +40,16 @@ dtrace:::BEGIN
 fbt::vdev_cache_read:entry
 {
 	self->vc_depth++;
-	this->offered = self->vc_depth == 1 && (args[0]->io_flags & (1 << 11)) == 0;
-	this->pool = this->offered ? stringof(args[0]->io_vd->vdev_spa->spa_name) : "";
+	this->zio = (zio_t *)arg0;
+	this->offered = self->vc_depth == 1 && (this->zio->io_flags & (1 << 11)) == 0;
+	this->pool = this->offered ? stringof(this->zio->io_vd->vdev_spa->spa_name) : "";
 }
 
 fbt::vdev_cache_read:entry
 /this->offered && ($$1 == "" || this->pool == $$1)/
 {
-	self->vc_vd = args[0]->io_vd;
-	self->vc_size = args[0]->io_size;
+	self->vc_vd = this->zio->io_vd;
+	self->vc_size = this->zio->io_size;
 	this->path = self->vc_vd->vdev_path != NULL ? stringof(self->vc_vd->vdev_path) : "";
 	this->vd = (uint64_t)self->vc_vd;
 	this->guid = self->vc_vd->vdev_guid;
@@ -51,13 +57,13 @@ fbt::vdev_cache_read:entry
 	@vreads[this->pool, this->vd, this->guid, this->path] = count();
 	@vrb[this->pool, this->vd, this->guid, this->path] = sum(self->vc_size);
 	/* the tunables now: each aggregation sums the changes, so it reads the latest value */
-	this->t = (int64_t)`zfs_vdev_cache_size;
+	this->t = *(int32_t *)&`zfs_vdev_cache_size;
 	@vsize[this->pool, this->vd, this->guid, this->path] = sum(this->t - vc_lsize[this->vd]);
 	vc_lsize[this->vd] = this->t;
-	this->t = (int64_t)`zfs_vdev_cache_max;
+	this->t = *(int32_t *)&`zfs_vdev_cache_max;
 	@vmax[this->pool, this->vd, this->guid, this->path] = sum(this->t - vc_lmax[this->vd]);
 	vc_lmax[this->vd] = this->t;
-	this->t = (int64_t)`zfs_vdev_cache_bshift;
+	this->t = *(int32_t *)&`zfs_vdev_cache_bshift;
 	@vbshift[this->pool, this->vd, this->guid, this->path] = sum(this->t - vc_lbshift[this->vd]);
 	vc_lbshift[this->vd] = this->t;
 }
@@ -66,7 +72,7 @@ fbt::vdev_cache_read:entry
 fbt::zio_vdev_delegated_io:entry
 /self->vc_vd && self->vc_depth == 1/
 {
-	self->vc_fill = args[3];
+	self->vc_fill = arg3;
 }
 
 fbt::vdev_cache_read:return
@@ -81,12 +87,12 @@ fbt::vdev_cache_read:return
 	this->miss = this->taken && self->vc_fill != 0;
 	@vts[this->pool, this->vd, this->guid, this->path] = max(timestamp);
 	@vhits[this->pool, this->vd, this->guid, this->path] = sum(this->hit);
-	@vhb[this->pool, this->vd, this->guid, this->path] = sum(this->hit ? self->vc_size : 0);
+	@vhb[this->pool, this->vd, this->guid, this->path] = sum(this->hit ? self->vc_size : (uint64_t)0);
 	@vmiss[this->pool, this->vd, this->guid, this->path] = sum(this->miss);
-	@vmb[this->pool, this->vd, this->guid, this->path] = sum(this->miss ? self->vc_size : 0);
+	@vmb[this->pool, this->vd, this->guid, this->path] = sum(this->miss ? self->vc_size : (uint64_t)0);
 	@vfb[this->pool, this->vd, this->guid, this->path] = sum(self->vc_fill);
 	@vdecl[this->pool, this->vd, this->guid, this->path] = sum(!this->taken);
-	@vdb[this->pool, this->vd, this->guid, this->path] = sum(this->taken ? 0 : self->vc_size);
+	@vdb[this->pool, this->vd, this->guid, this->path] = sum(this->taken ? (uint64_t)0 : self->vc_size);
 	self->vc_vd = 0;
 	self->vc_size = 0;
 	self->vc_fill = 0;

@@ -32,6 +32,14 @@
 #pragma D option argref
 #pragma D option dynvarsize=32m
 
+/* read before the clauses that assign them: D needs them declared first (keys: vdev, generation, class) */
+uint64_t vq_gen[uint64_t];
+uint64_t vq_vft[uint64_t];
+uint64_t vq_t[uint64_t, uint64_t, int];
+uint64_t vq_ft[uint64_t, uint64_t, int];
+int64_t vq_pm[uint64_t, uint64_t, int];
+int64_t vq_am[uint64_t, uint64_t, int];
+
 dtrace:::BEGIN
 {
 	printf("zfsobs 1 hello %d probe=vdev_queue target=kernel\n", timestamp);
@@ -42,14 +50,16 @@ fbt::vdev_queue_io_add:entry, fbt::vdev_queue_io_remove:entry,
 fbt::vdev_queue_pending_add:entry, fbt::vdev_queue_pending_remove:entry
 {
 	this->now = timestamp;
-	this->z = args[1];
-	this->vd = (uint64_t)args[0]->vq_vdev;
+	this->vq = (vdev_queue_t *)arg0;
+	this->zio = (zio_t *)arg1;
+	this->z = arg1;
+	this->vd = (uint64_t)this->vq->vq_vdev;
 	this->g = vq_gen[this->vd];
-	this->p = args[1]->io_priority;
-	this->pend = args[0]->vq_class[this->p].vqc_queued_tree.avl_numnodes;
-	this->act = args[0]->vq_class[this->p].vqc_active;
+	this->p = (int)this->zio->io_priority;
+	this->pend = (int64_t)this->vq->vq_class[this->p].vqc_queued_tree.avl_numnodes;
+	this->act = (int64_t)this->vq->vq_class[this->p].vqc_active;
 	this->last = vq_t[this->vd, this->g, this->p];
-	this->dt = this->last ? this->now - this->last : 0;
+	this->dt = this->last ? this->now - this->last : (uint64_t)0;
 	vq_pi[this->vd, this->g, this->p] += this->pend * this->dt;
 	vq_ai[this->vd, this->g, this->p] += this->act * this->dt;
 	vq_t[this->vd, this->g, this->p] = this->now;
@@ -60,7 +70,7 @@ fbt::vdev_queue_io_add:entry
 {
 	this->pend++;
 	vq_enq[this->vd, this->g, this->p]++;
-	vq_enqb[this->vd, this->g, this->p] += args[1]->io_size;
+	vq_enqb[this->vd, this->g, this->p] += this->zio->io_size;
 	vq_qin[this->z] = this->now;
 }
 
@@ -68,10 +78,10 @@ fbt::vdev_queue_io_add:entry
 fbt::vdev_queue_io_remove:entry
 {
 	this->pend--;
-	this->merged = self->vq_agg || (args[1]->io_flags & (1 << 12));
+	this->merged = self->vq_agg || (this->zio->io_flags & (1 << 12));
 	vq_mrg[this->vd, this->g, this->p] += this->merged;
 	vq_iss[this->vd, this->g, this->p] += !this->merged;
-	this->lat = vq_qin[this->z] ? this->now - vq_qin[this->z] : 0;
+	this->lat = vq_qin[this->z] ? this->now - vq_qin[this->z] : (uint64_t)0;
 	this->hk = vq_qin[this->z] ? 0 : 2;
 	vq_wait[this->vd, this->g, this->p] += this->lat;
 	vq_qin[this->z] = 0;
@@ -89,8 +99,8 @@ fbt::vdev_queue_pending_remove:entry
 {
 	this->act--;
 	vq_done[this->vd, this->g, this->p]++;
-	vq_doneb[this->vd, this->g, this->p] += args[1]->io_size;
-	this->lat = vq_ain[this->z] ? this->now - vq_ain[this->z] : 0;
+	vq_doneb[this->vd, this->g, this->p] += this->zio->io_size;
+	this->lat = vq_ain[this->z] ? this->now - vq_ain[this->z] : (uint64_t)0;
 	this->hk = vq_ain[this->z] ? 1 : 2;
 	vq_unseen[this->vd, this->g, this->p] += !vq_ain[this->z];
 	vq_dev[this->vd, this->g, this->p] += this->lat;
@@ -130,7 +140,7 @@ fbt::vdev_queue_pending_add:entry, fbt::vdev_queue_pending_remove:entry
 	vq_pm[this->vd, this->g, this->p] = this->pend > vq_pm[this->vd, this->g, this->p] ? this->pend : vq_pm[this->vd, this->g, this->p];
 	vq_am[this->vd, this->g, this->p] = this->act > vq_am[this->vd, this->g, this->p] ? this->act : vq_am[this->vd, this->g, this->p];
 	this->flush = this->now - vq_ft[this->vd, this->g, this->p] >= 500000000;
-	this->pool = this->flush ? stringof(args[0]->vq_vdev->vdev_spa->spa_name) : "";
+	this->pool = this->flush ? stringof(this->vq->vq_vdev->vdev_spa->spa_name) : "";
 	this->flush = this->flush && ($$1 == "" || this->pool == $$1);
 }
 
@@ -139,14 +149,14 @@ fbt::vdev_queue_pending_add:entry, fbt::vdev_queue_pending_remove:entry
 /this->flush/
 {
 	vq_ft[this->vd, this->g, this->p] = this->now;
-	this->maxa = this->p == 0 ? (int)`zfs_vdev_sync_read_max_active : this->p == 1 ? (int)`zfs_vdev_sync_write_max_active :
-	    this->p == 2 ? (int)`zfs_vdev_async_read_max_active : this->p == 3 ? (int)`zfs_vdev_async_write_max_active :
-	    this->p == 4 ? (int)`zfs_vdev_scrub_max_active : this->p == 5 ? (int)`zfs_vdev_removal_max_active :
-	    this->p == 6 ? (int)`zfs_vdev_initializing_max_active : -1;
-	this->mina = this->p == 0 ? (int)`zfs_vdev_sync_read_min_active : this->p == 1 ? (int)`zfs_vdev_sync_write_min_active :
-	    this->p == 2 ? (int)`zfs_vdev_async_read_min_active : this->p == 3 ? (int)`zfs_vdev_async_write_min_active :
-	    this->p == 4 ? (int)`zfs_vdev_scrub_min_active : this->p == 5 ? (int)`zfs_vdev_removal_min_active :
-	    this->p == 6 ? (int)`zfs_vdev_initializing_min_active : -1;
+	this->maxa = this->p == 0 ? *(int *)&`zfs_vdev_sync_read_max_active : this->p == 1 ? *(int *)&`zfs_vdev_sync_write_max_active :
+	    this->p == 2 ? *(int *)&`zfs_vdev_async_read_max_active : this->p == 3 ? *(int *)&`zfs_vdev_async_write_max_active :
+	    this->p == 4 ? *(int *)&`zfs_vdev_scrub_max_active : this->p == 5 ? *(int *)&`zfs_vdev_removal_max_active :
+	    this->p == 6 ? *(int *)&`zfs_vdev_initializing_max_active : -1;
+	this->mina = this->p == 0 ? *(int *)&`zfs_vdev_sync_read_min_active : this->p == 1 ? *(int *)&`zfs_vdev_sync_write_min_active :
+	    this->p == 2 ? *(int *)&`zfs_vdev_async_read_min_active : this->p == 3 ? *(int *)&`zfs_vdev_async_write_min_active :
+	    this->p == 4 ? *(int *)&`zfs_vdev_scrub_min_active : this->p == 5 ? *(int *)&`zfs_vdev_removal_min_active :
+	    this->p == 6 ? *(int *)&`zfs_vdev_initializing_min_active : -1;
 	printf("zfsobs 1 vq %d pool=%s pid=0 vd=0x%x class=%d final=0 pend=%d act=%d pend_ns=%d act_ns=%d pend_max=%d act_max=%d enq=%d enq_bytes=%d issued=%d merged=%d aggs=%d done=%d done_bytes=%d wait_ns=%d dev_ns=%d untracked=-1 untracked_act=-1 unseen=%d max_active=%d min_active=%d\n",
 	    this->now, this->pool, this->vd, this->p, this->pend, this->act,
 	    vq_pi[this->vd, this->g, this->p], vq_ai[this->vd, this->g, this->p],
@@ -183,21 +193,22 @@ fbt::vdev_queue_pending_add:entry, fbt::vdev_queue_pending_remove:entry
 /this->flush && this->now - vq_vft[this->vd] >= 500000000/
 {
 	vq_vft[this->vd] = this->now;
-	this->v = args[0]->vq_vdev;
+	this->v = this->vq->vq_vdev;
 	printf("zfsobs 1 vq_vdev %d pool=%s pid=0 vd=0x%x guid=%d final=0 vdev_max=%d path=%s\n",
-	    this->now, this->pool, this->vd, this->v->vdev_guid, (int)`zfs_vdev_max_active,
+	    this->now, this->pool, this->vd, this->v->vdev_guid, *(int *)&`zfs_vdev_max_active,
 	    this->v->vdev_path != NULL ? stringof(this->v->vdev_path) : "");
 }
 
 fbt::vdev_free:entry
-/vq_vft[(uint64_t)args[0]]/
+/vq_vft[arg0]/
 {
-	this->vd = (uint64_t)args[0];
+	this->vd = arg0;
+	this->v = (vdev_t *)arg0;
 	vq_vft[this->vd] = 0;
 	vq_gen[this->vd]++;
 	printf("zfsobs 1 vq_vdev %d pool=%s pid=0 vd=0x%x guid=%d final=1 vdev_max=%d path=%s\n",
-	    timestamp, stringof(args[0]->vdev_spa->spa_name), this->vd, args[0]->vdev_guid,
-	    (int)`zfs_vdev_max_active, args[0]->vdev_path != NULL ? stringof(args[0]->vdev_path) : "");
+	    timestamp, stringof(this->v->vdev_spa->spa_name), this->vd, this->v->vdev_guid,
+	    *(int *)&`zfs_vdev_max_active, this->v->vdev_path != NULL ? stringof(this->v->vdev_path) : "");
 }
 
 dtrace:::END

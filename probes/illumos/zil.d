@@ -36,10 +36,17 @@ dtrace:::BEGIN
 fbt::zil_commit_impl:entry
 {
 	self->zstart = timestamp;
-	self->zilog = args[0];
+	self->zilog = (zilog_t *)arg0;
 }
 
 /* A commit counts when it returns: its log blocks are then on disk. */
+/* this-> variables are not zeroed between firings: every flag a later clause tests is set first */
+fbt::zil_commit_impl:return
+{
+	this->on = 0;
+	this->b = 0;
+}
+
 fbt::zil_commit_impl:return
 /self->zstart/
 {
@@ -102,15 +109,17 @@ fbt::zil_commit_impl:return /this->on && this->b == 24/ { @zl24[this->pool, this
 /* Every itx (log record) is assigned to its zilog here, the commit markers (TX_COMMIT, 0) too. */
 fbt::zil_itx_assign:entry
 {
-	this->pool = stringof(args[0]->zl_spa->spa_name);
-	this->txg = args[0]->zl_dmu_pool->dp_tx.tx_open_txg;
-	this->type = args[1]->itx_lr.lrc_txtype & 0xffff;     /* without TX_CI (bit 63) */
+	this->zilog = (zilog_t *)arg0;
+	this->itx = (itx_t *)arg1;
+	this->pool = stringof(this->zilog->zl_spa->spa_name);
+	this->txg = this->zilog->zl_dmu_pool->dp_tx.tx_open_txg;
+	this->type = this->itx->itx_lr.lrc_txtype & 0xffff;     /* without TX_CI (bit 63) */
 	this->slot = this->type > 24 ? 25 : this->type;
-	this->rec = this->type != 0 ? args[1]->itx_lr.lrc_reclen : 0;
+	this->rec = this->type != 0 ? this->itx->itx_lr.lrc_reclen : (uint64_t)0;
 	/* TX_WRITE (9) and TX_WRITE2 (20) carry lr_write_t; itx_wr_state 0 indirect, 1 copied, 2 needcopy */
 	this->wr = this->type == 9 || this->type == 20;
-	this->len = this->wr ? ((lr_write_t *)&args[1]->itx_lr)->lr_length : 0;
-	this->state = this->wr ? (int)args[1]->itx_wr_state : 3;
+	this->len = this->wr ? ((lr_write_t *)&this->itx->itx_lr)->lr_length : (uint64_t)0;
+	this->state = this->wr ? (int)this->itx->itx_wr_state : 3;
 	this->on = $$1 == "" || this->pool == $$1;
 }
 
@@ -160,9 +169,11 @@ fbt::zil_itx_assign:entry /this->on && this->slot == 25/ { @zx25[this->pool, thi
 /* One call per log block issued; zilstat's N-Bytes (lwb_nused) and B-Bytes (lwb_sz). */
 fbt::zil_lwb_write_issue:entry
 {
-	this->pool = stringof(args[0]->zl_spa->spa_name);
-	this->txg = args[0]->zl_dmu_pool->dp_tx.tx_open_txg;
-	this->sz = args[1]->lwb_sz;
+	this->zilog = (zilog_t *)arg0;
+	this->lwb = (lwb_t *)arg1;
+	this->pool = stringof(this->zilog->zl_spa->spa_name);
+	this->txg = this->zilog->zl_dmu_pool->dp_tx.tx_open_txg;
+	this->sz = this->lwb->lwb_sz;
 }
 
 fbt::zil_lwb_write_issue:entry
@@ -170,7 +181,7 @@ fbt::zil_lwb_write_issue:entry
 {
 	@zts[this->pool, this->txg] = max(timestamp);
 	@zlwbs[this->pool, this->txg] = count();
-	@znused[this->pool, this->txg] = sum(args[1]->lwb_nused);
+	@znused[this->pool, this->txg] = sum(this->lwb->lwb_nused);
 	@zsize[this->pool, this->txg] = sum(this->sz);
 	@zle4k[this->pool, this->txg] = sum(this->sz <= 4096);
 	@z4to32k[this->pool, this->txg] = sum(this->sz > 4096 && this->sz < 32768);
@@ -227,15 +238,20 @@ profile:::tick-1s, sdt:::txg-synced, dtrace:::END
 
 /* The txg has synced: its last counts were flushed just above; mark its row final. */
 sdt:::txg-synced
+{
+	this->zsync = (uint64_t)0;	/* its first assignment types it: 64 bits, a timestamp */
+}
+
+sdt:::txg-synced
 /self->zsync/
 {
 	this->pool = stringof(((dsl_pool_t *)arg0)->dp_spa->spa_name);
-	this->zsync = self->zsync;
+	this->zsync = $$1 == "" || this->pool == $$1 ? self->zsync : (uint64_t)0;
 	self->zsync = 0;
 }
 
 sdt:::txg-synced
-/this->zsync && ($$1 == "" || this->pool == $$1)/
+/this->zsync/
 {
 	printf("zfsobs 1 zil %d pool=%s pid=0 txg=%d cpu=%d final=1 commits=0 lat_ns=0 lat_max_ns=0 itxs=0 itx_bytes=0 writes=0 write_bytes=0 copied=0 copied_bytes=0 needcopy=0 needcopy_bytes=0 indirect=0 indirect_bytes=0 lwbs=0 nused=0 size=0 lwb_le4k=0 lwb_4to32k=0 lwb_ge32k=0\n",
 	    this->zsync, this->pool, arg1, this->zsync);

@@ -5,6 +5,7 @@ import glob
 import os
 import platform
 import re
+import shutil
 
 from zfsobs.doctor import dtrace as doctor_dtrace, kstat as doctor_kstat, probe_load
 from zfsobs.errors import FeatureAbsent, ZfsobsError
@@ -106,6 +107,10 @@ def checks(load: bool = False) -> tuple[list[tuple[str, str, str]], bool]:
             traceable |= bool(usable and root and bpftrace)
     if loading:
         traceable = load_rows(rows, loading, bpftrace, version)
+    if shutil.which("dtrace") and any(t.kind == "kernel" for t in targets):    # --tracer dtrace
+        more, works = doctor_dtrace.checks(platform.system())
+        rows += more
+        traceable |= works
     return rows, traceable
 
 

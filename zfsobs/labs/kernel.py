@@ -28,7 +28,7 @@ from zfsobs.errors import ZfsobsError
 from zfsobs.labs.guest import (BUILDER, GUEST_LAYOUTS, POOL, PROJECT, cache_dir, ensure_image, image_dir,
                                  parse_layout, parse_module_options, parse_size, parse_workload, probe_accel,
                                  setup_script)
-from zfsobs.procs import die_with_parent
+from zfsobs.procs import die_with_parent, stop
 from zfsobs.signals import Terminated, whole
 
 AGENT = PROJECT / "scripts" / "kernel-lab-guest"
@@ -314,13 +314,8 @@ class KernelLab:
     # ------------------------------------------------------------------ tear down
     def stop(self) -> None:
         """Power the guest off (it has nothing to save: its disks are temp files) and remove them."""
-        if self.qemu is not None and self.qemu.poll() is None:
-            self.qemu.terminate()
-            try:
-                self.qemu.wait(10)
-            except subprocess.TimeoutExpired:
-                self.qemu.kill()
-                self.qemu.wait()
+        if self.qemu is not None:
+            stop(self.qemu, 10)
         if self.qemu is not None and self.qemu.stdout:
             self.qemu.stdout.close()
         for s in self._socks:

@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from zfsobs.events import Event
+from zfsobs.model.txg import THROTTLE_SUMS
 from zfsobs.model.vdev_cache import COUNTERS as VC_COUNTERS
 
 # txg sync time buckets (seconds): a sync takes milliseconds when idle, seconds when dirty data or a
@@ -70,7 +71,7 @@ class RunCounters:
         elif ev.kind == "txg_thr":       # a txg's lines add up (docs/events.md)
             pool = str(f["pool"])
             self.throttle.setdefault(pool, Counter()).update(
-                {k: int(f.get(k) or 0) for k in ("delays", "delay_ns", "waits", "wait_ns", "d0", "d1", "d2", "d3", "d4", "d5")})
+                {k: int(f.get(k) or 0) for k in THROTTLE_SUMS})
             if int(f.get("dirty_data_max") or 0) > 0:
                 self.dirty_ratio[pool] = int(f.get("dirty_max") or 0) / int(f["dirty_data_max"])
         elif ev.kind == "vq_vdev":

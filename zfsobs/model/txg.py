@@ -16,6 +16,8 @@ PENDING = 64               # txg_thr lines kept for a txg row not yet seen (the 
 # (row field, txg_thr field, how lines add up)
 THROTTLE_FIELDS = (("dirty_max", "dirty_max", "max"), ("delay_count", "delays", "sum"), ("delay_ns", "delay_ns", "sum"),
                    ("delay_max_ns", "delay_max_ns", "max"), ("txwait_count", "waits", "sum"), ("txwait_ns", "wait_ns", "sum"))
+# the txg_thr fields that add up over a txg's lines (counters keep run totals of them too)
+THROTTLE_SUMS = tuple(key for _, key, how in THROTTLE_FIELDS if how == "sum") + tuple(f"d{i}" for i in range(DELAY_BUCKETS))
 SAME_SYNC_NS = 10**9       # slack for a txg_thr line against its row's sync (two clocks' reads)
 
 

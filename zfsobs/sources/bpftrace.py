@@ -131,6 +131,7 @@ def _ts(line: str) -> int | None:
 class BpftraceSource:
     tracer = "bpftrace"     # in messages; DtraceSource says dtrace
     marked_stop = True      # scripts carry a stop probe (zfsobs/sources/stop_marker.py); dtrace gets SIGINT
+    lost_re = _LOST_RE      # what the tracer says when the kernel dropped what a probe recorded
     def __init__(self, target: Target, probes=DEFAULT_PROBES, tunables: dict | None = None):
         self.target = target
         self.bpftrace = check_tracing()
@@ -208,7 +209,7 @@ class BpftraceSource:
         for raw in stream:
             raw = raw.rstrip("\n")
             if is_err:
-                if _LOST_RE.match(raw):         # bpftrace 0.24+
+                if self.lost_re.match(raw):     # bpftrace 0.24+; dtrace's drops
                     self._take_line(name, raw)
                 elif raw.strip() and not any(noise in raw for noise in _NOISE):
                     self._stderr[name].append(raw)
@@ -220,9 +221,9 @@ class BpftraceSource:
         return next((r.text for r in self.rendered if r.name == name), "")
 
     def _take_line(self, name: str, line: str) -> None:
-        lost = _LOST_RE.match(line)
+        lost = self.lost_re.match(line)
         if lost:
-            line = format_line("lost", time.monotonic_ns(), {"count": lost.group(1), "probe": name})
+            line = format_line("lost", time.monotonic_ns(), {"count": lost.group(1) or 1, "probe": name})
         elif self._stop_ns is not None:
             self._late.setdefault(name, []).append(line)
             return

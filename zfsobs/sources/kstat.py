@@ -89,9 +89,9 @@ class KstatSource:
 
     def start(self) -> "KstatSource":
         self._t0_raw = time.clock_gettime_ns(time.CLOCK_MONOTONIC_RAW)
-        self._zil_base = kstats.named(kstats.read(f"{kstats.KSTAT}/zil") or "") if self.zil else None
-        self._vc_base = kstats.named(kstats.read(f"{kstats.KSTAT}/vdev_cache_stats") or "") if self.vc else None
-        self._thr_base = kstats.named(kstats.read(f"{kstats.KSTAT}/dmu_tx") or "") if self.throttle else None
+        self._zil_base = kstats.counters("zil") if self.zil else None
+        self._vc_base = kstats.counters("vdev_cache_stats") if self.vc else None
+        self._thr_base = kstats.counters("dmu_tx") if self.throttle else None
         if self.queue is not None:
             self.queue.start()
         return self
@@ -161,9 +161,7 @@ class KstatSource:
         """The global zil kstat's change since the session began, as per-txg rows: what a second
         brought goes to the txg open at its end. One pool imported: that pool; several: `*`, txg 0
         (the kstat does not say which pool a commit was for)."""
-        now = kstats.named(kstats.read(f"{kstats.KSTAT}/zil") or "")
-        d = {k: v - self._zil_base.get(k, 0) for k, v in now.items()}
-        self._zil_base = now
+        self._zil_base, d = kstats.change("zil", self._zil_base)
         if not pools:
             return []
         pool, txg = (pools[0], opened.get(pools[0])) if len(pools) == 1 else (ALL_POOLS, 0)
@@ -198,9 +196,7 @@ class KstatSource:
     def _throttle(self, pools: list[str], opened: dict) -> list[str]:
         """The global dmu_tx kstat's throttled transactions of a second, as a txg_thr line of the txg
         open at its end (a txg's lines add up), like the ZIL's; several pools: `*`, txg 0."""
-        now = kstats.named(kstats.read(f"{kstats.KSTAT}/dmu_tx") or "")
-        d = {k: v - self._thr_base.get(k, 0) for k, v in now.items()}
-        self._thr_base = now
+        self._thr_base, d = kstats.change("dmu_tx", self._thr_base)
         delays = d.get("dmu_tx_dirty_delay", 0) + d.get("dmu_tx_wrlog_delay", 0)
         over = d.get("dmu_tx_dirty_over_max", 0)
         if not pools or not (delays or over):
@@ -217,8 +213,7 @@ class KstatSource:
     def _vdev_cache(self, pools: list[str]) -> list[str]:
         """vdev_cache_stats since the session began, one line when it or the tunables change. A
         delegated read waited for a fill in flight: a hit to the reader (the probe counts it so)."""
-        now = kstats.named(kstats.read(f"{kstats.KSTAT}/vdev_cache_stats") or "")
-        d = {k: v - self._vc_base.get(k, 0) for k, v in now.items()}
+        _, d = kstats.change("vdev_cache_stats", self._vc_base)       # since the session began
         bshift = kstats.param("zfs_vdev_cache_bshift") or 16
         fields = {"pool": pools[0] if len(pools) == 1 else ALL_POOLS, "pid": 0, "vd": "all", "final": 0,
                   "hits": d.get("hits", 0) + d.get("delegations", 0), "misses": d.get("misses", 0),

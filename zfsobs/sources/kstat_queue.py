@@ -13,7 +13,7 @@ from collections import deque
 
 from zfsobs.sources import kstats
 from zfsobs.events import format_line
-from zfsobs.procs import die_with_parent
+from zfsobs.procs import die_with_parent, stop
 from zfsobs.signals import whole
 
 SAMPLE_S = 0.2
@@ -117,10 +117,5 @@ class QueueSampler:
         return out
 
     def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop(self.proc, 5)

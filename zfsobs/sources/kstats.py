@@ -26,6 +26,17 @@ def named(text: str) -> dict[str, int]:
     return out
 
 
+def counters(name: str) -> dict[str, int]:
+    """The named kstat NAME (zil, dmu_tx, vdev_cache_stats) now; {} when absent."""
+    return named(read(f"{KSTAT}/{name}") or "")
+
+
+def change(name: str, base: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+    """The named kstat NAME now, and how much each counter moved since BASE."""
+    now = counters(name)
+    return now, {k: v - base.get(k, 0) for k, v in now.items()}
+
+
 def txgs(text: str) -> dict[int, dict]:
     """/proc/spl/kstat/zfs/<pool>/txgs: per txg its state (B O Q W S C) and numbers (times in ns)."""
     lines = text.split("\n")

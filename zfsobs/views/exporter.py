@@ -13,10 +13,9 @@ from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import CollectorRegistry
 
 from zfsobs import __version__
+from zfsobs.cli_parser import DEFAULT_LISTEN
 from zfsobs.errors import ZfsobsError
 from zfsobs.views.prometheus import families
-
-DEFAULT_LISTEN = "127.0.0.1:9976"
 
 
 def parse_listen(text: str) -> tuple[str, int]:

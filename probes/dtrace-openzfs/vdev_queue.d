@@ -1,0 +1,272 @@
+/*
+ * vdev_queue.d (OpenZFS 2.2+) - queue depth per leaf vdev and I/O class, for DTrace where
+ * probes/illumos/vdev_queue.d cannot run: OpenZFS 2.2 and later as Linux (Oracle's DTrace 2.x,
+ * --tracer dtrace) and FreeBSD 14 build it, where vdev_queue_io_add/remove and
+ * vdev_queue_pending_add/remove are static and inlined (no fbt probe) and vq_class[] lost its
+ * counters (vq_cactive[]). The twin of probes/linux/vdev_queue.bt, event for event:
+ *
+ * A zio ENTERS the queue at vdev_queue_io (without ZIO_FLAG_DONT_QUEUE; its class fixed up as the
+ * library does), is ISSUED when vdev_queue_io returns it or vdev_queue_io_done reissues it
+ * (zio_vdev_io_reissue), or MERGED into an aggregate (zio_vdev_io_bypass; the aggregate itself, a
+ * zio_vdev_delegated_io with DONT_QUEUE, is issued in its place), is ACTIVE at the device and
+ * COMPLETES at vdev_queue_io_done. vdev_queue_change_io_priority moves a pending zio.
+ * Counts are D aggregations (race free across CPUs) keyed as the .bt's maps: @vq_n[pid, vd,
+ * generation << 4 | class, slot] = sum, @vq_x[..., kind] = max, the same slots (docs/events.md,
+ * zfsobs/sources/vq_dumps.py). Every 250 ms they are printed the way bpftrace prints maps, between a
+ * vq_dump and a vq_dump_end line, and truncated (the consumer prints and truncates one snapshot),
+ * so zfsobs/sources/vq_dumps.py makes the vq, vq_lat and vq_vdev lines of both tracers alike.
+ * Per-zio state (when it entered, when it went to the device) is in global arrays keyed by the zio:
+ * one zio's events are ordered by the queue's lock. Dynamic variable drops (dtrace says so on
+ * stderr) would lose a zio's state: it then counts in unseen at its completion.
+ * A flag's value (CONST of its name) is the module's own, put in by zfsobs (zfsobs/targets/d_render.py).
+ * Arguments: $$1 a pool name (empty: every pool; the filter is zfsobs's), $2 unused.
+ * Probes: fbt::vdev_queue_io:entry fbt::vdev_queue_io:return fbt::zio_vdev_io_reissue:entry fbt::zio_vdev_io_bypass:entry fbt::zio_vdev_delegated_io:return fbt::vdev_queue_io_done:entry fbt::vdev_queue_change_io_priority:entry fbt::vdev_free:entry
+ * Requires: fbt::vdev_queue_io:entry fbt::vdev_queue_io:return fbt::vdev_queue_io_done:entry fbt::zio_vdev_io_reissue:entry fbt::zio_vdev_io_bypass:entry
+ * Requires constants: ZIO_FLAG_DONT_QUEUE
+ * Members: zio.io_vd zio.io_type zio.io_priority zio.io_flags zio.io_size vdev.vdev_queue vdev.vdev_spa vdev.vdev_guid vdev.vdev_path vdev_queue.vq_class vdev_queue.vq_cactive avl_tree.avl_numnodes spa.spa_name
+ * Overhead: ~4 probe hits per queued I/O; output: one dump per 250 ms, a line per key touched.
+ */
+#pragma D option quiet
+#pragma D option defaultargs
+#pragma D option argref
+#pragma D option dynvarsize=32m
+#pragma D option aggrate=50ms
+#pragma D option switchrate=50ms
+
+/* read before the clauses that assign them: D needs them declared first */
+uint64_t vq_pc[uint64_t];
+uint64_t vq_ac[uint64_t];
+uint64_t vq_gen[uint64_t];
+uint64_t vq_ft[uint64_t];
+
+dtrace:::BEGIN
+{
+	printf("zfsobs 1 hello %d probe=vdev_queue target=kernel\n", timestamp);
+}
+
+/* A zio enters its class's queue: the class fixed up as vdev_queue_io does, after this probe. */
+fbt::vdev_queue_io:entry
+{
+	this->zio = (zio_t *)arg0;
+	this->q = (this->zio->io_flags & CONST(ZIO_FLAG_DONT_QUEUE)) == 0;
+	this->now = timestamp;
+	this->vdp = this->zio->io_vd;
+	this->vd = (uint64_t)this->vdp;
+	this->g = vq_gen[this->vd];
+	this->type = (int)this->zio->io_type;
+	this->p = (int)this->zio->io_priority;
+	this->p = this->type == 1 && this->p != 0 && this->p != 2 && this->p != 4 && this->p != 5 &&
+	    this->p != 6 && this->p != 8 ? 2 : this->p;
+	this->p = this->type == 2 && this->p != 1 && this->p != 3 && this->p != 5 && this->p != 6 &&
+	    this->p != 8 ? 3 : this->p;
+	this->q = this->q && this->p < 9;
+	this->k = (this->g << 4) | this->p;
+}
+
+fbt::vdev_queue_io:entry
+/this->q/
+{
+	vq_pc[arg0] = (this->now << 4) | this->p;
+	@vq_n[0, this->vd, this->k, 0] = sum((int64_t)1);
+	@vq_n[0, this->vd, this->k, 1] = sum((int64_t)(this->zio->io_size));
+	@vq_n[0, this->vd, this->k, 12] = sum((int64_t)1);
+	@vq_n[0, this->vd, this->k, 14] = sum((int64_t)(this->now / 1000));
+	/* the library's pending count before this one joins it, plus this one: a FIFO class's
+	 * (sync read, sync write, trim) list length, else its tree's node count. Both are at the
+	 * start of the class's union (vqc_list_numnodes its first word, vqc_tree the other arm):
+	 * read through the union's start, not the members of its anonymous struct */
+	this->vqc = (uintptr_t)&this->vdp->vdev_queue.vq_class[this->p];
+	this->m = (this->p == 0 || this->p == 1 || this->p == 7 ? (int64_t)*(ulong_t *)this->vqc :
+	    (int64_t)((avl_tree_t *)this->vqc)->avl_numnodes) + 1;
+	@vq_x[0, this->vd, this->k, 0] = max(this->m);
+}
+
+/* The vdev's identity and the per-vdev limit, at most twice a second per vdev. */
+fbt::vdev_queue_io:entry
+/this->q && this->now - vq_ft[this->vd] >= 500000000/
+{
+	vq_ft[this->vd] = this->now;
+	printf("zfsobs 1 vq_id %d pool=%s pid=0 vd=0x%x gen=%d guid=%d vdev_max=%d path=%s\n",
+	    this->now, stringof(this->vdp->vdev_spa->spa_name), this->vd, this->g, this->vdp->vdev_guid,
+	    *(int *)&`zfs_vdev_max_active, this->vdp->vdev_path != NULL ? stringof(this->vdp->vdev_path) : "");
+}
+
+/* ISSUED: vdev_queue_io returns the zio to issue now (any queued one), or NULL; vdev_queue_io_done
+ * reissues the next ones. MERGED: a queued zio taken into an aggregate. */
+fbt::vdev_queue_io:return, fbt::zio_vdev_io_reissue:entry, fbt::zio_vdev_io_bypass:entry
+{
+	this->z = probename == "return" ? arg1 : arg0;
+	this->e = this->z != 0 ? vq_pc[this->z] : (uint64_t)0;
+	this->hk = 0;
+}
+
+fbt::vdev_queue_io:return, fbt::zio_vdev_io_reissue:entry, fbt::zio_vdev_io_bypass:entry
+/this->e/
+{
+	this->now = timestamp;
+	this->zio = (zio_t *)this->z;
+	this->vd = (uint64_t)this->zio->io_vd;
+	this->p = this->e & 15;
+	this->t0 = this->e >> 4;
+	this->k = (vq_gen[this->vd] << 4) | this->p;
+	this->lat = this->now - this->t0;
+	this->merged = probefunc == "zio_vdev_io_bypass";
+	vq_pc[this->z] = 0;
+	@vq_n[0, this->vd, this->k, 12] = sum((int64_t)-1);
+	@vq_n[0, this->vd, this->k, 14] = sum(-(int64_t)(this->t0 / 1000));
+	@vq_n[0, this->vd, this->k, 7] = sum((int64_t)(this->lat));
+	@vq_n[0, this->vd, this->k, 3] = sum((int64_t)(this->merged));
+	@vq_n[0, this->vd, this->k, 2] = sum((int64_t)(!this->merged));
+	this->hk = 32;		/* the wait histogram's slots (below) */
+}
+
+fbt::vdev_queue_io:return, fbt::zio_vdev_io_reissue:entry, fbt::zio_vdev_io_bypass:entry
+/this->e && !this->merged/
+{
+	vq_ac[this->z] = (this->now << 4) | this->p;
+	@vq_n[0, this->vd, this->k, 13] = sum((int64_t)1);
+	@vq_n[0, this->vd, this->k, 15] = sum((int64_t)(this->now / 1000));
+}
+
+/* An aggregate I/O: only vdev_queue_aggregate delegates one with DONT_QUEUE set. */
+fbt::zio_vdev_delegated_io:return
+{
+	this->zio = (zio_t *)arg1;
+	this->agg = arg1 != 0 && (this->zio->io_flags & CONST(ZIO_FLAG_DONT_QUEUE)) != 0 &&
+	    (int)this->zio->io_priority < 9;
+}
+
+fbt::zio_vdev_delegated_io:return
+/this->agg/
+{
+	this->now = timestamp;
+	this->vd = (uint64_t)this->zio->io_vd;
+	this->p = (int)this->zio->io_priority;
+	this->k = (vq_gen[this->vd] << 4) | this->p;
+	vq_ac[arg1] = (this->now << 4) | this->p;
+	@vq_n[0, this->vd, this->k, 4] = sum((int64_t)1);
+	@vq_n[0, this->vd, this->k, 13] = sum((int64_t)1);
+	@vq_n[0, this->vd, this->k, 15] = sum((int64_t)(this->now / 1000));
+}
+
+/* COMPLETES: every leaf I/O, queued or aggregate; one never seen issued counts in unseen. */
+fbt::vdev_queue_io_done:entry
+{
+	this->now = timestamp;
+	this->zio = (zio_t *)arg0;
+	this->vdp = this->zio->io_vd;
+	this->vd = (uint64_t)this->vdp;
+	this->e = vq_ac[arg0];
+	this->lp = (int)this->zio->io_priority;
+	this->p = this->e ? (int)(this->e & 15) : this->lp;
+	this->k = (vq_gen[this->vd] << 4) | this->p;
+	this->ok = this->e || this->lp < 9;
+	this->hk = 0;
+}
+
+fbt::vdev_queue_io_done:entry
+/this->e/
+{
+	this->t1 = this->e >> 4;
+	this->lat = this->now - this->t1;
+	vq_ac[arg0] = 0;
+	@vq_n[0, this->vd, this->k, 13] = sum((int64_t)-1);
+	@vq_n[0, this->vd, this->k, 15] = sum(-(int64_t)(this->t1 / 1000));
+	@vq_n[0, this->vd, this->k, 5] = sum((int64_t)1);
+	@vq_n[0, this->vd, this->k, 6] = sum((int64_t)(this->zio->io_size));
+	@vq_n[0, this->vd, this->k, 8] = sum((int64_t)(this->lat));
+	this->hk = 64;		/* the device histogram's slots (below) */
+}
+
+fbt::vdev_queue_io_done:entry
+/!this->e && this->lp < 9/
+{
+	@vq_n[0, this->vd, this->k, 11] = sum((int64_t)1);
+}
+
+/* Latency histograms, wait (slots 32+) and device (64+): b0 < 2.048 us, bN = [1.024 us * 2^N,
+ * 2^(N+1)), b23 the rest. */
+fbt::vdev_queue_io:return, fbt::zio_vdev_io_reissue:entry, fbt::zio_vdev_io_bypass:entry,
+fbt::vdev_queue_io_done:entry
+/this->hk/
+{
+	this->x = this->lat >> 11;
+	this->s = (this->x >> 32) ? 32 : 0; this->b = this->s; this->x = this->x >> this->s;
+	this->s = (this->x >> 16) ? 16 : 0; this->b += this->s; this->x = this->x >> this->s;
+	this->s = (this->x >> 8) ? 8 : 0; this->b += this->s; this->x = this->x >> this->s;
+	this->s = (this->x >> 4) ? 4 : 0; this->b += this->s; this->x = this->x >> this->s;
+	this->s = (this->x >> 2) ? 2 : 0; this->b += this->s; this->x = this->x >> this->s;
+	this->b += this->x;
+	@vq_n[0, this->vd, this->k, this->hk + (this->b > 23 ? 23 : this->b)] = sum((int64_t)1);
+}
+
+/* The library's active count of the class still includes this zio here: the highest of these
+ * reads is the highest it reached, to hold against the limit. */
+fbt::vdev_queue_io_done:entry
+/this->ok && this->p < 9/
+{
+	@vq_x[0, this->vd, this->k, 1] = max((int64_t)this->vdp->vdev_queue.vq_cactive[this->p]);
+}
+
+/* A pending zio moves to another class (the library's own fix-up). */
+fbt::vdev_queue_change_io_priority:entry
+{
+	this->e = vq_pc[arg0];
+	this->zio = (zio_t *)arg0;
+	this->type = this->e ? (int)this->zio->io_type : 0;
+	this->np = (int)arg1;
+	this->np = this->type == 1 && this->np != 0 && this->np != 2 && this->np != 4 ? 2 : this->np;
+	this->np = this->type == 2 && this->np != 1 && this->np != 3 ? 3 : this->np;
+	this->p = (int)(this->e & 15);
+	this->mv = this->e && this->np != this->p && this->np < 9;
+}
+
+fbt::vdev_queue_change_io_priority:entry
+/this->mv/
+{
+	this->vd = (uint64_t)this->zio->io_vd;
+	this->g = vq_gen[this->vd] << 4;
+	this->tu = (int64_t)((this->e >> 4) / 1000);
+	@vq_n[0, this->vd, this->g | this->p, 0] = sum((int64_t)-1);
+	@vq_n[0, this->vd, this->g | this->p, 12] = sum((int64_t)-1);
+	@vq_n[0, this->vd, this->g | this->p, 14] = sum((int64_t)(-this->tu));
+	@vq_n[0, this->vd, this->g | this->np, 0] = sum((int64_t)1);
+	@vq_n[0, this->vd, this->g | this->np, 12] = sum((int64_t)1);
+	@vq_n[0, this->vd, this->g | this->np, 14] = sum((int64_t)(this->tu));
+	vq_pc[arg0] = (this->e >> 4 << 4) | this->np;
+}
+
+/* The vdev goes away: zfsobs gives its last lines final=1, and a vdev_t allocated at this address
+ * later starts from zero (a new generation). */
+fbt::vdev_free:entry
+{
+	printf("zfsobs 1 vq_free %d pid=0 vd=0x%x gen=%d\n", timestamp, arg0, vq_gen[arg0]);
+	vq_gen[arg0] = vq_gen[arg0] + 1;
+	vq_ft[arg0] = 0;
+}
+
+/* Every 250 ms: what the probes counted since the last dump, and each class's limits now. */
+profile:::tick-250ms
+{
+	printf("zfsobs 1 vq_dump %d set=0 end=%d\n", timestamp, timestamp);
+	printa("@vq_n0[%d, %d, %d, %d]: %@d\n", @vq_n);
+	printa("@vq_x0[%d, %d, %d, %d]: %@d\n", @vq_x);
+	trunc(@vq_n);
+	trunc(@vq_x);
+	printf("@vq_lma[0, 0]: %d\n@vq_lmi[0, 0]: %d\n", *(int *)&`zfs_vdev_sync_read_max_active, *(int *)&`zfs_vdev_sync_read_min_active);
+	printf("@vq_lma[0, 1]: %d\n@vq_lmi[0, 1]: %d\n", *(int *)&`zfs_vdev_sync_write_max_active, *(int *)&`zfs_vdev_sync_write_min_active);
+	printf("@vq_lma[0, 2]: %d\n@vq_lmi[0, 2]: %d\n", *(int *)&`zfs_vdev_async_read_max_active, *(int *)&`zfs_vdev_async_read_min_active);
+	printf("@vq_lma[0, 3]: %d\n@vq_lmi[0, 3]: %d\n", *(int *)&`zfs_vdev_async_write_max_active, *(int *)&`zfs_vdev_async_write_min_active);
+	printf("@vq_lma[0, 4]: %d\n@vq_lmi[0, 4]: %d\n", *(int *)&`zfs_vdev_scrub_max_active, *(int *)&`zfs_vdev_scrub_min_active);
+	printf("@vq_lma[0, 5]: %d\n@vq_lmi[0, 5]: %d\n", *(int *)&`zfs_vdev_removal_max_active, *(int *)&`zfs_vdev_removal_min_active);
+	printf("@vq_lma[0, 6]: %d\n@vq_lmi[0, 6]: %d\n", *(int *)&`zfs_vdev_initializing_max_active, *(int *)&`zfs_vdev_initializing_min_active);
+	printf("@vq_lma[0, 7]: %d\n@vq_lmi[0, 7]: %d\n", *(int *)&`zfs_vdev_trim_max_active, *(int *)&`zfs_vdev_trim_min_active);
+	printf("@vq_lma[0, 8]: %d\n@vq_lmi[0, 8]: %d\n", *(int *)&`zfs_vdev_rebuild_max_active, *(int *)&`zfs_vdev_rebuild_min_active);
+	printf("@vq_lt[0]: %d\nzfsobs 1 vq_dump_end %d\n", timestamp, timestamp);
+}
+
+dtrace:::END
+{
+	/* first: zfsobs drops what probes printed after its SIGINT and before this (docs/events.md, bye) */
+	printf("zfsobs 1 bye %d probe=vdev_queue\n", timestamp);
+}
