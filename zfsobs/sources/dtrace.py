@@ -16,8 +16,9 @@ import time
 from zfsobs import __version__
 from zfsobs.errors import ZfsobsError
 from zfsobs.sources.dtrace_libs import failing_library, trimmed
-from zfsobs.targets.d_render import for_system, variants
+from zfsobs.targets.d_render import D_DIRS, for_system, variants
 from zfsobs.targets.platforms import uses_dtrace
+from zfsobs.targets.probe_files import probes_dir
 from zfsobs.targets.render import Rendered, _header_list
 from zfsobs.sources.bpftrace import DEFAULT_PROBES, REQUIRED_PROBES, BpftraceSource, check_tracing
 from zfsobs.targets.offsets import offsets_for
@@ -50,7 +51,7 @@ def d_script(name: str, system: str | None = None) -> str:
     """Metric NAME's first D script (illumos's) as SYSTEM (default: this one) runs it."""
     found = variants(name)
     if not found:
-        raise ZfsobsError(f"no D script {name!r} in {', '.join(sorted({str(p.parent) for p in variants('txg')}))}")
+        raise ZfsobsError(f"no D script {name!r} in {', '.join(D_DIRS)} of {probes_dir()}")
     return for_system(found[0].read_text(), system)
 
 
