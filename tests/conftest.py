@@ -113,12 +113,12 @@ def ztest_lived(*texts: str) -> None:
             raise ZtestFailed(m[0])
 
 
-def still_running(proc: subprocess.Popen, why: str = "") -> None:
+def still_running(proc: subprocess.Popen) -> None:
     """Assert that zfsobs (PROC, stderr piped) still runs; if it ended, its stderr says why."""
     if proc.poll() is not None:
         err = proc.stderr.read() if proc.stderr else ""
         ztest_lived(err)
-        raise AssertionError(f"zfsobs ended early (status {proc.returncode}) {why}: {err[-2000:]}")
+        raise AssertionError(f"zfsobs ended early (status {proc.returncode}): {err[-2000:]}")
 
 
 def lab_run(fn):
