@@ -17,6 +17,7 @@ from collections import defaultdict
 import pytest
 
 from conftest import lab_ready, lab_run, truth_running, ztest_lived
+from vq_ledger import ledger_errors
 from test_vq_dumps import FREE, totals
 from zfsobs.sources import vq_dumps
 from zfsobs.capture import read_capture
@@ -201,6 +202,13 @@ def test_conservation_and_littles_law_at_the_end(runs):
                 # integral of depth over time == sum of each I/O's time in that state
                 assert f["pend_ns"] == f["wait_ns"], f"pend_ns != wait_ns: {ev.line()}"
                 assert f["act_ns"] == f["dev_ns"], f"act_ns != dev_ns: {ev.line()}"
+
+
+def test_every_line_keeps_the_books(runs):
+    # completions never pass issues, nor issues entries, and the integrals grow within the depth
+    for events in runs["runs"]:
+        assert vq(events)
+        assert ledger_errors(ev.line() for ev in events) == []
 
 
 def test_max_active_and_completions_equal_the_librarys_own_counters(runs):

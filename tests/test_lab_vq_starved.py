@@ -21,6 +21,7 @@ import time
 import pytest
 
 from conftest import lab_ready, lab_run, still_running, ztest_lived
+from vq_ledger import ledger_errors
 from test_lab_faults import probe_pids
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser, parse_all
@@ -96,3 +97,7 @@ def test_no_depth_change_is_lost(starved):
             assert 0 <= in_flight <= last[depth] * (longest.get(key + (kind,), 0) + TURN_NS), (key, depth, last)
         checked += 1
     assert checked >= 20, f"only {checked} freed vdev queues"
+
+
+def test_every_line_keeps_the_books(starved):
+    assert ledger_errors(ev.line() for ev in starved) == []

@@ -59,3 +59,15 @@ def test_a_lost_vq_free_line_costs_no_counts(raw):
     assert sum(whole.values()) > 10000 and without == whole
     # without vq_free lines only a newer incarnation can end an older one before the stop
     assert 0 < fed_without <= fed, f"{fed_without} final lines before the stop without vq_free, {fed} with"
+
+
+def test_probe_runs_that_may_have_missed_their_dump_are_lost_events():
+    """The probe counts its runs of 400 ms or more (a stalled CPU: such a run can write into a set
+    already printed) in each dump's late=; each rise is a lost event, as bpftrace's own losses are."""
+    dumps, parser, lost = vq_dumps.VqDumps(), Parser(), []
+    for i, late in enumerate((0, 2, 2, 3)):
+        for line in (f"zfsobs 1 vq_dump {1000 + i} set={i} end={900 + i} late={late}", f"zfsobs 1 vq_dump_end {1001 + i}"):
+            lost += [ev for ev in map(parser.parse, dumps.feed(line)) if ev and ev.kind == "lost"]
+    assert [(ev.ts, ev.get("count"), ev.get("probe")) for ev in lost] == [(1001, 2, "vdev_queue"), (1003, 1, "vdev_queue")]
+    # a dump without the field (a probe before it) reads as none
+    assert dumps.feed("zfsobs 1 vq_dump 2000 set=0 end=1900") == []

@@ -31,8 +31,9 @@ _NOISE = ("couldn't set RLIMIT_MEMLOCK", "Error while reading traceable function
           "WARNING: ", "Attaching ", "Attached ")
 DEFAULT_PROBES = ("txg", "zil", "vdev_queue", "vdev_cache", "throttle")
 # A probe that prints its counts as timed dumps of bpftrace maps (zfsobs/sources/vq_dumps.py), and how long
-# its last dumps take to cover a moment: two 250 ms ticks and a margin.
-_DUMPS, DUMP_DRAIN_S = "zfsobs 1 vq_dump ", 0.6
+# the stop waits at most for dumps that cover it: a set is printed 450 ms after the probes leave it,
+# on the next 250 ms tick (~1 s), longer when bpftrace lags.
+_DUMPS, DUMP_DRAIN_S = "zfsobs 1 vq_dump ", 5.0
 # A probe whose END prints maps for zfsobs to make its last lines of (zfsobs/sources/end_maps.py)
 _END_MAPS = "zfsobs 1 end_maps "
 REQUIRED_PROBES = ("txg",)     # the backbone; the others are left out where the target cannot give them
@@ -294,7 +295,11 @@ class BpftraceSource:
         bpftrace had not printed yet (e.g. the final counts of a process that just exited). The stop
         makes bpftrace print what is buffered, run END and exit; its pipes then reach EOF."""
         if self._dumps:
-            time.sleep(DUMP_DRAIN_S)      # END prints no dump (it runs as probes detach): wait for the ticks
+            # END prints no dump (it runs as probes detach): wait for the dumps of sets left after now
+            # (bpftrace's clock is the monotonic one)
+            now, deadline = time.monotonic_ns(), time.monotonic() + DUMP_DRAIN_S
+            while any(d.end < now for d in self._dumps.values()) and time.monotonic() < deadline:
+                time.sleep(POLL_S)
             for name, dumps in self._dumps.items():
                 for line in dumps.flush():
                     self._take_line(name, line)

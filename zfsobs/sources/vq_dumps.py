@@ -39,6 +39,7 @@ class VqDumps:
         self.tops: dict[tuple, list] = {}       # vdev + (class,) -> [pending, active] maxima since then
         self.emitted: dict[tuple, int] = {}     # vdev -> its last line's time
         self.end = 0                            # the last dump's time
+        self.late = 0                           # the probe's count of late runs, as last printed
         self.lock = threading.Lock()            # feed (a pipe's reader thread) against flush
 
     def flush(self) -> list[str]:
@@ -61,6 +62,11 @@ class VqDumps:
         if kind == "vq_dump":
             fields = dict(p.split("=", 1) for p in parts[4:])
             self.dump = {"end": int(fields["end"]), "n": {}, "x": {}, "lim": {}, "lt": {}}
+            # probe runs so long (a stalled CPU) that their counts may have missed their dump
+            late = int(fields.get("late", 0))
+            if late > self.late:
+                self.late, more = late, late - self.late
+                return [format_line("lost", int(parts[3]), {"count": more, "probe": "vdev_queue"})]
         elif kind == "vq_dump_end":
             dump, self.dump = self.dump, None
             if not dump:

@@ -1,0 +1,42 @@
+"""The vdev queue's own books, checked line by line: what a lost count would break.
+
+Every I/O the probe follows is counted once in and once out, so at every vq line of a series
+completions never outnumber issues and issues never outnumber entries; and the time integrals of
+depth grow, by no more than the depth ZFS allows over the time between two lines. A count written
+into a map set after bpftrace printed it (CI's 2.4.4 guest, 2026-11-27) broke both: one issue's
+count and its time went missing, so 'done' passed 'issued' and the active integral jumped by the
+uptime (298 s in 0.5 s)."""
+from __future__ import annotations
+
+SLACK = 4       # our depth may run ahead of ZFS's by the threads between its lock and our probe
+
+
+def ledger_errors(lines) -> list[str]:
+    """Every broken rule in a capture's vq lines, one string each (empty: the books balance)."""
+    errors, last = [], {}
+    for line in lines:
+        p = line.split()
+        if len(p) < 4 or p[2] != "vq":
+            continue
+        f = {k: int(v, 0) if k == "vd" else (int(v) if v.lstrip("-").isdigit() else v)
+             for k, v in (kv.split("=", 1) for kv in p[4:])}
+        ts, key = int(p[3]), (f["pid"], f["vd"], f["class"])
+        where = f"vq {ts} vd={f['vd']:#x} class={f['class']}"
+        if f["done"] > f["issued"] + f["aggs"] - f["untracked_act"]:
+            errors.append(f"{where}: done {f['done']} > issued {f['issued']} + aggs {f['aggs']}")
+        if f["issued"] + f["merged"] > f["enq"] - f["untracked"]:
+            errors.append(f"{where}: issued {f['issued']} + merged {f['merged']} > enq {f['enq']}")
+        if f["pend_ns"] < f["wait_ns"] or f["act_ns"] < f["dev_ns"]:
+            errors.append(f"{where}: a depth integral below its completed part")
+        prev = last.pop(key, None)
+        if prev and not f["final"]:     # a final line drops what was still in flight
+            dt = ts - prev[0]
+            # the depth between the lines: at most the higher of the last line's and ZFS's maximum since
+            for name, most in (("pend_ns", max(prev[1]["pend"], f["pend_max"])),
+                               ("act_ns", max(prev[1]["act"], f["act_max"], f["max_active"]))):
+                grew = f[name] - prev[1][name]
+                if not 0 <= grew <= dt * (most + SLACK):
+                    errors.append(f"{where}: {name} grew {grew} in {dt} ns (depth at most {most})")
+        if not f["final"]:              # the next vdev_t at this address starts its own books
+            last[key] = (ts, f)
+    return errors
