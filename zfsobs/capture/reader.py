@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import zlib
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
 from zfsobs.capture import digest
@@ -46,11 +46,13 @@ class Capture:
             self._note_damage()
         return self._lines
 
-    def events(self, parser: Parser, digests: bool = True) -> "EventStream":
+    def events(self, parser: Parser, digests: bool = True, before: int | None = None) -> "EventStream":
         """Every event in time order (ts, then file order), as parse_all gives it. With `digests`,
         the V records an intact digest covers are skipped and its picked lines are fed instead:
-        a whole-capture report's figures are the same (zfsobs/capture/digest.py)."""
-        return EventStream(self, parser, digests)
+        a whole-capture report's figures are the same (zfsobs/capture/digest.py). With `before`
+        (a ts) too, only the digests whose records all end before it: every line from there on is
+        read (replay's far seek, zfsobs/views/replay.py)."""
+        return EventStream(self, parser, digests, before)
 
     def last_ts(self) -> int | None:
         """The ts of the last event (format 1: found by reading every event)."""
@@ -58,22 +60,37 @@ class Capture:
             return max((h for h in self.highs if h != -NO_TS), default=None)
         return max((ev.ts for ev in self.events(Parser(), digests=False)), default=None)
 
-    def _plan(self, digests: bool) -> tuple[list, list]:
+    def _plan(self, digests: bool, before: int | None = None) -> tuple[list, list]:
         """_chunks and their bounds, worked out once: replay opens a stream at every step back, and
         a day of records takes a quarter of a second to plan."""
-        if digests not in self._plans:
-            chunks = self._chunks(digests)
-            self._plans[digests] = chunks, Ordered.bounds([low for low, _ in chunks])
-        return self._plans[digests]
+        key = (digests, before)
+        if key not in self._plans:
+            chunks = self._chunks(digests, before)
+            self._plans[key] = chunks, Ordered.bounds([low for low, _ in chunks])
+        return self._plans[key]
 
-    def _chunks(self, digests: bool) -> list[tuple[int, int]]:
+    def _chunks(self, digests: bool, before: int | None = None) -> list[tuple[int, int]]:
         """(lowest ts, record index, or -1 - digest index) of what a reader reads, in file order."""
-        covered = sorted((h["seqs"][0], h["seqs"][1]) for _, _, h in self.digests) if digests else []
+        used = [j for j, high in enumerate(self._digest_highs()) if before is None or high < before] if digests else []
+        covered = sorted((self.digests[j][2]["seqs"][0], self.digests[j][2]["seqs"][1]) for j in used)
         chunks = [(self.lows[i], i) for i in range(len(self.kinds))
                   if self.kinds[i] == ord("E") or not _inside(covered, self.seqs[i])]
-        chunks += [(h["low"], -1 - j) for j, (_, _, h) in enumerate(self.digests)] if digests else []
+        chunks += [(self.digests[j][2]["low"], -1 - j) for j in used]
         chunks.sort(key=lambda c: self.offsets[c[1]] if c[1] >= 0 else self.digests[-1 - c[1]][0])
         return chunks
+
+    def _digest_highs(self) -> list[int]:
+        """Per digest, the highest ts of the V records it covers (format 2 heads give each record's)."""
+        if "highs" not in self._plans:
+            order = sorted(range(len(self.seqs)), key=self.seqs.__getitem__)
+            seqs = [self.seqs[i] for i in order]
+            highs = []
+            for _, _, h in self.digests:
+                lo, hi = bisect_left(seqs, h["seqs"][0]), bisect_right(seqs, h["seqs"][1])
+                highs.append(max((self.highs[order[k]] for k in range(lo, hi) if self.kinds[order[k]] == ord("V")),
+                                 default=-NO_TS))
+            self._plans["highs"] = highs
+        return self._plans["highs"]
 
     def _record_lines(self, i: int) -> list[str]:
         body = self._body(self.offsets[i], self.lengths[i])
@@ -100,9 +117,10 @@ class EventStream(Ordered):
     """A capture's events in time order, read a record at a time, ordered by the lowest ts in the
     records' heads. Format 1 has no such bounds (0): its events go out at the end, all sorted."""
 
-    def __init__(self, cap: Capture, parser: Parser, digests: bool):
+    def __init__(self, cap: Capture, parser: Parser, digests: bool, before: int | None = None):
         self.cap = cap
-        self.chunks, later = cap._plan(digests)
+        self.chunks, later = cap._plan(digests, before)
+        self.stood_for = 0          # the lines the digests read so far stand for, not given as events
         super().__init__(later, parser)
 
     def chunk(self, k: int) -> list[str]:
@@ -112,6 +130,7 @@ class EventStream(Ordered):
         off, length, head = self.cap.digests[-1 - i]
         picked = digest.read(self.cap._body(off, length))
         self.parser.events += head["lines"] - head["picked"]    # the lines the digest stands for
+        self.stood_for += head["lines"] - head["picked"]
         return picked[1] if picked else []
 
     def done(self) -> None:

@@ -1,8 +1,11 @@
 """Replay a capture through the same screen: space pause, t / T one sample (1 s) forward / back,
-j jump 10 s forward, r rewind, + / - speed, q quit. The model is a pure function of the events up
-to the cursor: it is fed from a stream of the capture's records (memory: the live model's, not the
-capture's), and every SNAP_NS of event time played its state is kept, compressed, so a step back
-restarts from the latest kept state before the cursor instead of from the start."""
+j jump 10 s forward, g go to a time, r rewind, + / - speed, q quit. The model is a pure function of
+the events up to the cursor: it is fed from a stream of the capture's records (memory: the live
+model's, not the capture's), and every SNAP_NS of event time played its state is kept, compressed,
+so a step back restarts from the latest kept state before the cursor instead of from the start.
+A seek further than FAR_NS past what was played reads the way there as a report does, from the
+digests (zfsobs/capture/digest.py), and every line only for the history the model keeps before the
+target: what the screen shows at the target is the same, in seconds for a day, not minutes."""
 from __future__ import annotations
 
 import pickle
@@ -24,6 +27,14 @@ SAMPLE_NS = 10**9
 JUMP_NS = 10 * 10**9
 SNAP_NS = 60 * 10**9          # a step back feeds at most this much of the capture again
 SNAP_BUDGET = 256 << 20       # kept states past this: the ones far from the cursor are thinned
+FAR_NS = 5 * SNAP_NS          # a seek past this much unplayed capture reads the digests on the way
+BACK_NS = SNAP_NS             # after a far seek, steps back this far still use a kept state
+
+
+def horizon() -> int:
+    """The longest history any part of the model keeps (read when used: the tests shrink them)."""
+    from zfsobs.model import samples, vdev_cache, vdev_queue, zil
+    return max(samples.KEEP_NS, vdev_queue.KEEP_NS, vdev_cache.KEEP_NS, zil.FLOW_KEEP_NS)
 
 
 class Replayer:
@@ -32,33 +43,64 @@ class Replayer:
         self.snap_ns = snap_ns
         self.snaps: dict[int, bytes] = {}     # ts -> the state with every event up to ts fed
         self._kept = 0                        # their bytes
+        self.start = 0
         self._begin()
-        self.start = self.next.ts if self.next else 0
+        self.start = self.fed = self.next.ts if self.next else 0
         self.end = max(capture.last_ts() or self.start, self.start)
         self.status = Status(capture.meta, mode="replay", speed=speed, end_ns=self.end - self.start,
                              warnings=capture.warnings)
         self.cursor = self.start
 
-    def _begin(self) -> None:
+    def _begin(self, before: int | None = None) -> None:
+        """From the start: every line, or with `before` the digests of what ends before it."""
         self.parser = Parser()
-        self.stream = self.capture.events(self.parser, digests=False)
+        self.stream = self.capture.events(self.parser, digests=before is not None, before=before)
         self.model = Model()
         self.next = next(self.stream, None)
         self._snapped = None
+        self.before = before
+        self.exact_from = 0          # states kept from here on show what every line would show
+        self.fed = self.start        # the model holds the events up to this
 
     def seek(self, ts: int) -> None:
         ts = min(max(ts, self.start), self.end)
-        if ts < self.cursor:
+        kept = self._kept_before(ts)
+        if ts < self.fed or (kept is not None and kept > self.fed):     # behind, or a kept state nearer
             self._back_to(ts)
-        self.cursor = ts
+        if ts - self.fed > FAR_NS and self.capture.digests:
+            self._far(ts)
+        self.cursor = self.fed = ts
         while self.next is not None and self.next.ts <= ts:
             ev = self.next
             self.model.feed(ev)
             self.next = next(self.stream, None)
-            if self.next is not None and self.next.ts > ev.ts and ev.ts - (self._snapped or self.start) >= self.snap_ns:
+            if self.next is not None and self.next.ts > ev.ts and ev.ts >= self.exact_from and \
+                    ev.ts - (self._snapped or self.start) >= self.snap_ns:
                 self._snap(ev.ts)
         self.status.cursor_ns = self.cursor - self.start
         self.status.malformed = self.parser.malformed
+
+    def _far(self, ts: int) -> None:
+        """The model at `ts` from the digests up to `cut`, every line after: it keeps no more than
+        horizon() of history, which the lines from `cut` on fill as a full replay does (the line
+        before each series' first after `cut` is its digest's last). No state is kept before
+        exact_from: one there would lack what the screen's windows read."""
+        cut = ts - horizon() - BACK_NS
+        if cut <= self.start:
+            return
+        self._begin(before=cut)
+        self.exact_from = cut + horizon()
+        while self.next is not None and self.next.ts < cut:
+            self.model.feed(self.next)
+            self.next = next(self.stream, None)
+        # every digest ended before `cut`, so all were read: the events they stood for count as fed
+        self.model.events += self.stream.stood_for
+        self.fed = cut
+
+    def _kept_before(self, ts: int) -> int | None:
+        keys = sorted(self.snaps)
+        i = bisect_right(keys, ts) - 1
+        return keys[i] if i >= 0 else None
 
     def _snap(self, ts: int) -> None:
         keys = sorted(self.snaps)
@@ -66,7 +108,7 @@ class Replayer:
         if i >= 0 and keys[i] > (self._snapped or self.start):
             self._snapped = keys[i]        # played again after a step back: this stretch is kept
             return
-        state = (self.model, self.parser, self.stream.place(), self.next)
+        state = (self.model, self.parser, self.stream.place(), self.next, self.before, self.exact_from)
         self.snaps[ts] = zlib.compress(pickle.dumps(state, pickle.HIGHEST_PROTOCOL), 1)
         self._snapped = ts
         self._kept += len(self.snaps[ts])
@@ -82,15 +124,15 @@ class Replayer:
         self._kept -= len(self.snaps.pop(keys[i]))
 
     def _back_to(self, ts: int) -> None:
-        keys = sorted(self.snaps)
-        i = bisect_right(keys, ts) - 1
-        if i < 0:
+        kept = self._kept_before(ts)
+        if kept is None:
             self._begin()
             return
-        self.model, self.parser, place, self.next = pickle.loads(zlib.decompress(self.snaps[keys[i]]))
-        self.stream = self.capture.events(self.parser, digests=False)
+        self.model, self.parser, place, self.next, self.before, self.exact_from = \
+            pickle.loads(zlib.decompress(self.snaps[kept]))
+        self.stream = self.capture.events(self.parser, digests=self.before is not None, before=self.before)
         self.stream.go(place)
-        self._snapped = keys[i]
+        self._snapped = self.fed = kept
 
     def key(self, key: str) -> bool:
         st = self.status
