@@ -229,13 +229,17 @@ def _replay(capture, args) -> int:
     if sys.stdout.isatty():
         from rich.console import Console
         from zfsobs.views.replay import run_replay
-        run_replay(capture, Console(), args.speed)
+        run_replay(capture, Console(), args.speed, args.at)
         return 0
     from zfsobs.events import Parser
+    from zfsobs.views import goto
     from zfsobs.views.lines import TxgLines
-    lines = TxgLines(capture.meta)
+    lines, at = TxgLines(capture.meta), None
     for ev in capture.events(Parser(), digests=False):     # streamed: a day's capture is GBs of lines
-        lines(ev)
+        if at is None:
+            at = goto.parse(args.at, capture.meta, ev.ts, capture.last_ts() or ev.ts) if args.at else ev.ts
+        if ev.ts >= at:
+            lines(ev)
     return 0
 
 

@@ -124,6 +124,8 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("replay", help="replay a capture through the live view")
     p.add_argument("file")
     p.add_argument("--speed", type=positive, default=1.0, metavar="X")
+    p.add_argument("--at", metavar="WHEN", help="start there: +1h30m from the start, HH:MM[:SS] or "
+                   "YYYY-MM-DD HH:MM[:SS] local time (also the g key)")
 
     p = sub.add_parser("report", help="summarise a capture")
     p.add_argument("file")

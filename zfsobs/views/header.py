@@ -8,7 +8,8 @@ from rich.text import Text
 from zfsobs import __version__
 from zfsobs.model import Model
 from zfsobs.views.status import Status
-from zfsobs.views.units import size
+from zfsobs.views import goto
+from zfsobs.views.units import size, wallclock
 
 
 def render_header(model: Model, status: Status, now_ns: int | None) -> Table:
@@ -43,10 +44,15 @@ def render_header(model: Model, status: Status, now_ns: int | None) -> Table:
 
 def _mode_text(status: Status) -> Text:
     if status.mode == "replay":
-        pos = "-" if status.cursor_ns is None else f"{status.cursor_ns / 1e9:.1f}"
-        end = "-" if status.end_ns is None else f"{status.end_ns / 1e9:.1f}"
+        if status.prompt is not None:
+            return Text(f"go to: {status.prompt}▏ {goto.FORMS}; Enter, Esc", style="bold magenta")
+        pos = end = "-"
+        if status.cursor_ns is not None and status.end_ns is not None:
+            at = wallclock(status.meta, (status.start_ts or 0) + status.cursor_ns)[:8]
+            pos = f"{at} +{goto.clock_offset(status.cursor_ns)}"
+            end = goto.clock_offset(status.end_ns)
         state = "PAUSED" if status.paused else f"▶ ×{status.speed:g}"
-        return Text(f"REPLAY {pos} / {end} s  {state}   space t T j r + - q", style="bold magenta")
+        return Text(f"REPLAY {pos} / {end}  {state}   space t T j g r + - q", style="bold magenta")
     parts = []
     if status.recording:
         parts.append((f"● REC {status.recording} ({size(status.recorded_bytes)})", "bold red"))

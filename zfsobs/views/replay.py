@@ -17,8 +17,10 @@ from rich.console import Console
 from rich.live import Live
 
 from zfsobs.capture import Capture
+from zfsobs.errors import ZfsobsError
 from zfsobs.events import Parser
 from zfsobs.model import Model
+from zfsobs.views import goto
 from zfsobs.views.keys import Keys
 from zfsobs.views.screen import Fit, render_screen
 from zfsobs.views.status import Status
@@ -48,7 +50,7 @@ class Replayer:
         self.start = self.fed = self.next.ts if self.next else 0
         self.end = max(capture.last_ts() or self.start, self.start)
         self.status = Status(capture.meta, mode="replay", speed=speed, end_ns=self.end - self.start,
-                             warnings=capture.warnings)
+                             start_ts=self.start, warnings=capture.warnings)
         self.cursor = self.start
 
     def _begin(self, before: int | None = None) -> None:
@@ -136,8 +138,13 @@ class Replayer:
 
     def key(self, key: str) -> bool:
         st = self.status
+        if st.prompt is not None:
+            self._typed(key)
+            return True
         if key in ("q", "Q"):
             return False
+        if key == "g":
+            st.prompt, st.paused = "", True
         if key == " ":
             st.paused = not st.paused
         elif key in ("t", "T"):
@@ -153,12 +160,35 @@ class Replayer:
             st.speed /= 2
         return True
 
+    def go(self, text: str) -> None:
+        """Seek to a time as the user gives it (zfsobs/views/goto.py); ZfsobsError if it is none."""
+        self.seek(goto.parse(text, self.status.meta, self.start, self.end))
 
-def run_replay(capture: Capture, console: Console, speed: float) -> None:
+    def _typed(self, key: str) -> None:
+        """A key while a time is typed after g: Enter goes there, Esc leaves, Backspace erases."""
+        st = self.status
+        if key in ("\n", "\r"):
+            text, st.prompt = st.prompt, None
+            try:
+                if text.strip():
+                    self.go(text)
+                st.message = ""
+            except ZfsobsError as e:
+                st.message = str(e)
+        elif key == "\x1b":
+            st.prompt = None
+        elif key in ("\x7f", "\b"):
+            st.prompt = st.prompt[:-1]
+        elif key.isprintable() and len(st.prompt) < 40:
+            st.prompt += key
+
+
+def run_replay(capture: Capture, console: Console, speed: float, at: str | None = None) -> None:
     rp = Replayer(capture, speed)
+    start = goto.parse(at, capture.meta, rp.start, rp.end) if at else rp.start     # a bad --at: one line
     with Keys() as keys, Live(console=console, screen=True, auto_refresh=False) as live:
         last, fit = time.monotonic(), Fit()
-        rp.seek(rp.start)
+        rp.seek(start)
         while True:
             key = keys.read(0.1)
             if key and rp.key(key) is False:

@@ -15,6 +15,8 @@ class Status:
     paused: bool = False
     cursor_ns: int | None = None     # replay position (event time)
     end_ns: int | None = None        # replay end (event time)
+    start_ts: int | None = None      # replay: the first event's ts, which cursor_ns counts from
+    prompt: str | None = None        # replay: the time being typed after g
     speed: float = 1.0
     message: str = ""                # e.g. why the source ended
     cost: str = ""                   # live: what tracing costs (zfsobs/sources/selfcost.py)
