@@ -57,3 +57,15 @@ def test_lost_events_on_stderr_are_counted(monkeypatch, tmp_path):
     events = [ev for ev in map(Parser().parse, lines) if ev]
     assert [ev.fields for ev in events if ev.kind == "lost"] == [{"count": 7, "probe": "txg"}]
     assert src._stderr["txg"] == []
+
+
+def test_no_kprobe_pair_becomes_a_session_program():
+    """bpftrace 0.26+ merges an exact kprobe:X/kretprobe:X pair into one kprobe session program
+    (bpftrace#5176): both bodies on one 512-byte stack, too much for zil's and throttle's spa_sync on
+    sid's 0.27.1. On the kernel, from 0.23 (which has the flag), kprobe_multi is turned off, so no pair
+    is eligible; uprobes and older releases run as before."""
+    from zfsobs.sources.bpftrace import run_flags
+    off = ["--no-warnings", "--no-feature", "kprobe_multi"]
+    assert run_flags("v0.27.1", kernel=True) == run_flags("v0.23.2", kernel=True) == off
+    assert run_flags("v0.17.0", kernel=True) == run_flags("v0.27.1", kernel=False) == ["--no-warnings"]
+    assert run_flags("unknown", kernel=True) == ["--no-warnings"]

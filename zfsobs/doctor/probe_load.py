@@ -22,7 +22,7 @@ import tempfile
 import time
 
 from zfsobs.targets.render import Rendered
-from zfsobs.sources.bpftrace import _BPFTRACE_ENV, _NOISE, _child_setup
+from zfsobs.sources.bpftrace import _BPFTRACE_ENV, _NOISE, _child_setup, run_flags
 from zfsobs.targets.target import Target
 
 DRY_RUN = (0, 22)          # the first release with --dry-run
@@ -68,8 +68,8 @@ def _script(tmp: str, i: int, rendered: Rendered, target: Target, copies: dict[s
     return path
 
 
-def _start(bpftrace: str, script: str, dry: bool) -> subprocess.Popen:
-    cmd = [bpftrace, "--no-warnings"] + (["--dry-run"] if dry else []) + [script]
+def _start(bpftrace: str, script: str, dry: bool, flags: list[str]) -> subprocess.Popen:
+    cmd = [bpftrace, *flags] + (["--dry-run"] if dry else []) + [script]
     with open(script + ".err", "w") as err:      # a file: a verifier's refusal can be pages long
         return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL,
                                 env=_BPFTRACE_ENV, preexec_fn=_child_setup, start_new_session=True)
@@ -98,7 +98,8 @@ def check(bpftrace: str, items: list[tuple[Rendered, Target]], version: str) -> 
         while waiting or running:
             while waiting and len(running) < (os.cpu_count() or 2):
                 i = waiting.pop(0)
-                running[i] = (_start(bpftrace, scripts[i], dry), time.monotonic())
+                flags = run_flags(version, items[i][1].kind == "kernel")     # as the probes will run
+                running[i] = (_start(bpftrace, scripts[i], dry, flags), time.monotonic())
             time.sleep(0.05)
             for i, (proc, began) in list(running.items()):
                 if proc.poll() is not None:

@@ -106,11 +106,25 @@ def _named() -> str:
 
 def too_old(path: str, version: str) -> str:
     """Why this bpftrace cannot run the probes ('' if it can, or if its version is unreadable)."""
-    found = re.match(r"v?(\d+)\.(\d+)", version)
-    if found and (int(found[1]), int(found[2])) < MIN_BPFTRACE:
+    if (0, 0) < version_tuple(version) < MIN_BPFTRACE:
         return (f"{path} is bpftrace {version}; the probes need {'.'.join(map(str, MIN_BPFTRACE))} "
                 "or newer (Debian 12 ships 0.17: apt-get install bpftrace)")
     return ""
+
+
+def run_flags(version: str, kernel: bool) -> list[str]:
+    """bpftrace's flags for the probes. --no-warnings (0.17+): 0.23 prints a warning on stdout for
+    every failed map delete, and 0.27 a page of type notes. --no-feature kprobe_multi (0.23+, on the
+    kernel): from 0.26 an exact kprobe:X and kretprobe:X pair becomes one session program
+    (bpftrace#5176), and zil's and throttle's spa_sync pairs then pass the 512-byte BPF stack;
+    without kprobe_multi no pair is merged, as up to 0.25."""
+    return ["--no-warnings"] + (["--no-feature", "kprobe_multi"] if kernel and version_tuple(version) >= (0, 23) else [])
+
+
+def version_tuple(version: str) -> tuple[int, int]:
+    """(major, minor) of a version string; (0, 0) if unreadable."""
+    found = re.match(r"v?(\d+)\.(\d+)", version)
+    return (int(found[1]), int(found[2])) if found else (0, 0)
 
 
 def bpftrace_version(path: str) -> str:
@@ -197,9 +211,8 @@ class BpftraceSource:
         return self
 
     def command(self, path: str) -> list[str]:
-        """How one probe script runs (DtraceSource runs dtrace instead). --no-warnings (0.17+):
-        0.23 prints a warning on stdout for every failed map delete, and 0.27 a page of type notes."""
-        return [self.bpftrace, "--no-warnings", path]
+        """How one probe script runs (DtraceSource runs dtrace instead)."""
+        return [self.bpftrace, *run_flags(self.meta["bpftrace"], self.target.kind == "kernel"), path]
 
     def _pump(self, name: str, stream, is_err: bool) -> None:
         dumps, text = None, "" if is_err else self._text(name)
