@@ -89,15 +89,16 @@ def test_over_budget_the_kept_states_thin_out_away_from_the_cursor(capture, monk
 
 
 def test_a_far_seek_reads_the_digests_and_shows_what_playing_there_shows(tmp_path, monkeypatch):
-    """A seek past FAR_NS of unplayed capture feeds the digests up to the model's history before the
+    """A seek far past what was played feeds the digests up to the model's history before the
     target and every line after (zfsobs/views/replay.py): the screen is the one a full replay shows,
     there and at every step back or forward from it. The real lab capture is 37 s, so the history the
     model keeps (10 min) is cut to 4 s here, and the seek distances with it."""
     from zfsobs.model import samples, vdev_cache, vdev_queue, zil
     from zfsobs.views import replay
     for module, name in ((samples, "KEEP_NS"), (vdev_queue, "KEEP_NS"), (vdev_cache, "KEEP_NS"),
-                         (zil, "FLOW_KEEP_NS"), (replay, "FAR_NS")):
+                         (zil, "FLOW_KEEP_NS")):
         monkeypatch.setattr(module, name, 4 * SEC)
+    monkeypatch.setattr(replay, "FAR_NS", 3 * SEC)
     monkeypatch.setattr("zfsobs.model.KEEP_NS", 4 * SEC)
     monkeypatch.setattr(replay, "BACK_NS", 2 * SEC)
     path = tmp_path / "x.cap"
@@ -111,7 +112,7 @@ def test_a_far_seek_reads_the_digests_and_shows_what_playing_there_shows(tmp_pat
         fresh = Replayer(read_capture(str(path)))
         monkeypatch.setattr(replay, "FAR_NS", 10**15)
         fresh.seek(target)                                      # every line, played there
-        monkeypatch.setattr(replay, "FAR_NS", 4 * SEC)
+        monkeypatch.setattr(replay, "FAR_NS", 3 * SEC)
         assert fresh.before is None and fresh.model.events == rp.model.events
         assert screen(rp) == screen(fresh), target
         for step in (SEC, -SEC, -2 * SEC):                      # steps around it keep the same screen

@@ -3,9 +3,9 @@ j jump 10 s forward, g go to a time, r rewind, + / - speed, q quit. The model is
 the events up to the cursor: it is fed from a stream of the capture's records (memory: the live
 model's, not the capture's), and every SNAP_NS of event time played its state is kept, compressed,
 so a step back restarts from the latest kept state before the cursor instead of from the start.
-A seek further than FAR_NS past what was played reads the way there as a report does, from the
-digests (zfsobs/capture/digest.py), and every line only for the history the model keeps before the
-target: what the screen shows at the target is the same, in seconds for a day, not minutes."""
+A seek far past what was played reads the way there as a report does, from the digests
+(zfsobs/capture/digest.py), and every line only for the history the model keeps before the target:
+what the screen shows at the target is the same, in seconds for a day, not minutes."""
 from __future__ import annotations
 
 import pickle
@@ -29,8 +29,9 @@ SAMPLE_NS = 10**9
 JUMP_NS = 10 * 10**9
 SNAP_NS = 60 * 10**9          # a step back feeds at most this much of the capture again
 SNAP_BUDGET = 256 << 20       # kept states past this: the ones far from the cursor are thinned
-FAR_NS = 5 * SNAP_NS          # a seek past this much unplayed capture reads the digests on the way
+FAR_NS = 2 * SNAP_NS          # a seek that would skip this much of the lines reads the digests instead
 BACK_NS = SNAP_NS             # after a far seek, steps back this far still use a kept state
+DIGEST_SPEEDUP = 40           # the digests of a span feed ~this many times faster than its lines
 
 
 def horizon() -> int:
@@ -69,8 +70,10 @@ class Replayer:
         kept = self._kept_before(ts)
         if ts < self.fed or (kept is not None and kept > self.fed):     # behind, or a kept state nearer
             self._back_to(ts)
-        if ts - self.fed > FAR_NS and self.capture.digests:
-            self._far(ts)
+        cut = ts - horizon() - BACK_NS
+        # the digests from the start to `cut` instead of the lines from `fed`: when that skips enough
+        if self.capture.digests and cut - self.fed > max(FAR_NS, (cut - self.start) // DIGEST_SPEEDUP):
+            self._far(ts, cut)
         self.cursor = self.fed = ts
         while self.next is not None and self.next.ts <= ts:
             ev = self.next
@@ -82,14 +85,11 @@ class Replayer:
         self.status.cursor_ns = self.cursor - self.start
         self.status.malformed = self.parser.malformed
 
-    def _far(self, ts: int) -> None:
+    def _far(self, ts: int, cut: int) -> None:
         """The model at `ts` from the digests up to `cut`, every line after: it keeps no more than
         horizon() of history, which the lines from `cut` on fill as a full replay does (the line
         before each series' first after `cut` is its digest's last). No state is kept before
         exact_from: one there would lack what the screen's windows read."""
-        cut = ts - horizon() - BACK_NS
-        if cut <= self.start:
-            return
         self._begin(before=cut)
         self.exact_from = cut + horizon()
         while self.next is not None and self.next.ts < cut:
