@@ -168,10 +168,11 @@ BTF_IMAGES = {
 
 
 @pytest.mark.parametrize("distro,flavour", list(BTF_IMAGES))
-def test_the_zfs_modules_own_btf_gives_every_probe_offset(tmp_path, distro, flavour):
+def test_the_zfs_modules_own_btf_gives_every_probe_offset(tmp_path, monkeypatch, distro, flavour):
     """The kernel target's layout, read from a real zfs.ko (a kernel lab image: only where it was
     built, scripts/kernel-lab-image), against bpftool's reading of the same module."""
     from zfsobs.targets import offsets, probe_files
+    monkeypatch.setenv("ZFSOBS_LAYOUTS_CACHE", str(tmp_path / "cache"))     # parsed here, not read back
     from zfsobs.labs.guest import builder_command, image_dir
     image = image_dir(flavour=flavour, distro=distro)
     if not (image / "complete").exists():
@@ -203,3 +204,26 @@ def test_the_zfs_modules_own_btf_gives_every_probe_offset(tmp_path, distro, flav
             members.setdefault(f"{cur}.{m[1]}", int(m[3]) // 8)
     direct = {name: off for name, off in got.items() if name in members}
     assert len(direct) >= 15 and all(members[n] == off for n, off in direct.items()), (direct, members)
+
+
+def test_the_modules_btf_is_parsed_once_and_read_back_after(tmp_path, monkeypatch):
+    """_module_btf keeps what it found under a digest of both BTFs and the table (63 s a process
+    under emulation): a second process reads it, and a damaged or foreign file is parsed again. The
+    host's vmlinux BTF stands for both here (it has no zfs module)."""
+    from zfsobs.targets import offsets
+    monkeypatch.setenv("ZFSOBS_LAYOUTS_CACHE", str(tmp_path))
+    vmlinux = "/sys/kernel/btf/vmlinux"
+    if not os.path.exists(vmlinux):
+        pytest.skip("no kernel BTF here")
+    first = offsets._module_btf.__wrapped__(vmlinux, vmlinux)
+    kept = list(tmp_path.glob("btf-*.json"))
+    assert len(kept) == 1 and json.loads(kept[0].read_text()) == first
+    def parse(*_):
+        raise AssertionError("parsed again")
+    monkeypatch.setattr(offsets, "resolve_table", parse)
+    assert offsets._module_btf.__wrapped__(vmlinux, vmlinux) == first
+    kept[0].write_text("{not json")
+    monkeypatch.undo()
+    monkeypatch.setenv("ZFSOBS_LAYOUTS_CACHE", str(tmp_path))
+    assert offsets._module_btf.__wrapped__(vmlinux, vmlinux) == first
+    assert json.loads(kept[0].read_text()) == first
