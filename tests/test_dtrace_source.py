@@ -30,6 +30,7 @@ def test_this_machine_uses_bpftrace():
 
 
 def test_dtrace_command_line():
+    libzpool_like = type("T", (), {"kind": "libzpool"})()
     assert command_line("/usr/sbin/dtrace", "/tmp/x/txg.bt", "tank") == \
         ["/usr/sbin/dtrace", "-q", "-Z", "-s", "/tmp/x/txg.bt", "tank", "1"]
     src = DtraceSource.__new__(DtraceSource)
@@ -37,6 +38,7 @@ def test_dtrace_command_line():
     assert src.command("/tmp/x/zil.bt") == ["/usr/sbin/dtrace", "-q", "-Z", "-s", "/tmp/x/zil.bt", "", "1"]
     src.options = ("-xsyslibdir=/var/cache/zfsobs/dtrace-libs/x",)
     assert src.command("/tmp/x/zil.bt")[:2] == ["/usr/sbin/dtrace", "-xsyslibdir=/var/cache/zfsobs/dtrace-libs/x"]
+    src.meta, src.target = {"bpftrace": "v0.17.0"}, libzpool_like
     assert BpftraceSource.command(src, "/tmp/x/zil.bt") == ["/usr/sbin/dtrace", "--no-warnings", "/tmp/x/zil.bt"]
 
 

@@ -28,7 +28,7 @@ def test_no_code_runs_bpftrace_unsafe_or_executes_data():
             # the one use of pickle: replay's own model states, made by pickle.dumps in the same
             # process and kept in memory (step back); nothing read from a file or a capture
             loads = re.findall(r"pickle\.loads?\([^\n]*", text)
-            assert loads == ["pickle.loads(zlib.decompress(self.snaps[keys[i]]))"], loads
+            assert loads == ["pickle.loads(zlib.decompress(self.snaps[kept]))"], loads
             text = text.replace("pickle", "")
         for pattern in (r"\bpickle\b", r"\beval\(", r"\bexec\(", r"\bmarshal\b", r"yaml\.load\("):
             assert not re.search(pattern, text), f"{path.name}: {pattern}"
