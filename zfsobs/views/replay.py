@@ -5,7 +5,7 @@ model's, not the capture's), and every SNAP_NS of event time played its state is
 so a step back restarts from the latest kept state before the cursor instead of from the start.
 A seek far past what was played reads the way there as a report does, from the digests
 (zfsobs/capture/digest.py), and every line only for the history the model keeps before the target:
-what the screen shows at the target is the same, in seconds for a day, not minutes."""
+what the screen shows at the target is the same (a day's capture: ~17 s instead of ~13 min)."""
 from __future__ import annotations
 
 import pickle
