@@ -34,7 +34,8 @@ class Capture:
     highs: array = field(default_factory=lambda: array("q"))
     digests: list = field(default_factory=list)      # (offset, length, head) of intact G records
     _lines: list[str] | None = None
-    _plans: dict = field(default_factory=dict)     # digests -> (chunks, bounds): see _plan
+    _plans: dict = field(default_factory=dict)     # (digests, before) -> (chunks, bounds): see _plan
+    _highs: list | None = None                     # per digest, its records' highest ts
     _damaged: int = 0
     _file: object = None
 
@@ -81,16 +82,15 @@ class Capture:
 
     def _digest_highs(self) -> list[int]:
         """Per digest, the highest ts of the V records it covers (format 2 heads give each record's)."""
-        if "highs" not in self._plans:
+        if self._highs is None:
             order = sorted(range(len(self.seqs)), key=self.seqs.__getitem__)
             seqs = [self.seqs[i] for i in order]
-            highs = []
+            self._highs = []
             for _, _, h in self.digests:
                 lo, hi = bisect_left(seqs, h["seqs"][0]), bisect_right(seqs, h["seqs"][1])
-                highs.append(max((self.highs[order[k]] for k in range(lo, hi) if self.kinds[order[k]] == ord("V")),
-                                 default=-NO_TS))
-            self._plans["highs"] = highs
-        return self._plans["highs"]
+                self._highs.append(max((self.highs[order[k]] for k in range(lo, hi) if self.kinds[order[k]] == ord("V")),
+                                       default=-NO_TS))
+        return self._highs
 
     def _record_lines(self, i: int) -> list[str]:
         body = self._body(self.offsets[i], self.lengths[i])
