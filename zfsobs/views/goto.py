@@ -33,8 +33,7 @@ def parse(text: str, meta: dict, start: int, end: int) -> int:
             seconds = sum(float(n) * _UNIT[u] for n, u in _PART.findall(offset.group(2)))
         ts = start + int(seconds * 1e9)
     else:
-        wall = _wall(text, meta, start)
-        ts = meta["start_mono_ns"] + wall - meta["start_wall_ns"]
+        ts = _wall(text, meta, start) - _anchor(meta)
     if not start <= ts <= end:
         raise ZfsobsError(f"{text}: not in the capture, which runs from {span(meta, start, end)}")
     return ts
@@ -42,9 +41,9 @@ def parse(text: str, meta: dict, start: int, end: int) -> int:
 
 def _wall(text: str, meta: dict, start: int) -> int:
     """Wall-clock ns of a local time of day or date and time."""
-    if "start_wall_ns" not in meta or "start_mono_ns" not in meta:
+    if _anchor(meta) is None:
         raise ZfsobsError(f"{text}: this capture has no clock anchor; give +OFFSET from its start")
-    first = datetime.fromtimestamp((meta["start_wall_ns"] + start - meta["start_mono_ns"]) / 1e9)
+    first = datetime.fromtimestamp((start + _anchor(meta)) / 1e9)
     clock = _CLOCK.fullmatch(text)
     if clock:
         h, m, s = int(clock.group(1)), int(clock.group(2)), float(clock.group(3) or 0)
@@ -63,11 +62,18 @@ def _wall(text: str, meta: dict, start: int) -> int:
     return int(at.timestamp() * 1e9)
 
 
+def _anchor(meta: dict) -> int | None:
+    """What turns an event ts into wall-clock ns (added), or None without a clock anchor."""
+    if "start_wall_ns" not in meta or "start_mono_ns" not in meta:
+        return None
+    return meta["start_wall_ns"] - meta["start_mono_ns"]
+
+
 def span(meta: dict, start: int, end: int) -> str:
     """'HH:MM:SS to HH:MM:SS on DATE' (or the offsets, without a clock anchor)."""
-    if "start_wall_ns" not in meta or "start_mono_ns" not in meta:
+    if _anchor(meta) is None:
         return f"+0 to +{clock_offset(end - start)}"
-    a, b = ((meta["start_wall_ns"] + t - meta["start_mono_ns"]) / 1e9 for t in (start, end))
+    a, b = ((t + _anchor(meta)) / 1e9 for t in (start, end))
     fa, fb = time.localtime(a), time.localtime(b)
     if fa[:3] == fb[:3]:
         return f"{time.strftime('%H:%M:%S', fa)} to {time.strftime('%H:%M:%S', fb)} on {time.strftime('%Y-%m-%d', fa)}"

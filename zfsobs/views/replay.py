@@ -105,10 +105,9 @@ class Replayer:
         return keys[i] if i >= 0 else None
 
     def _snap(self, ts: int) -> None:
-        keys = sorted(self.snaps)
-        i = bisect_right(keys, ts) - 1
-        if i >= 0 and keys[i] > (self._snapped or self.start):
-            self._snapped = keys[i]        # played again after a step back: this stretch is kept
+        kept = self._kept_before(ts)
+        if kept is not None and kept > (self._snapped or self.start):
+            self._snapped = kept           # played again after a step back: this stretch is kept
             return
         state = (self.model, self.parser, self.stream.place(), self.next, self.before, self.exact_from)
         self.snaps[ts] = zlib.compress(pickle.dumps(state, pickle.HIGHEST_PROTOCOL), 1)
