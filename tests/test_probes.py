@@ -14,7 +14,7 @@ from zfsobs.targets.target import Target, find_libraries, libzpool
 
 TXG_FUNCS = {"spa_sync", "spa_txg_history_add", "spa_txg_history_set", "spa_txg_history_init_io",
              "spa_txg_history_fini_io"}
-PLACEHOLDER = re.compile(r"\b(ENTRY|RETURN|OFF)\(|\bPROC\b|\bTARGET\b")
+PLACEHOLDER = re.compile(r"\b(ENTRY|RETURN|OFF|CREATE_SUM)\(|\bPROC\b|\bTARGET\b")
 
 
 def kernel_target(functions, version="2.1.11"):
@@ -133,6 +133,18 @@ def test_vdev_queue_reads_tunables_through_the_librarys_got_and_compiles(tmp_pat
     if lib.version == "2.1.11":
         assert "& 524288" in code and "+ 592)" in code     # ZIO_FLAG_DONT_QUEUE, zio->io_vd
     compiles(r.text, tmp_path)
+
+
+@pytest.mark.skipif(not find_libraries(), reason="needs an installed libzpool")
+def test_vdev_queue_makes_each_sum_key_first_only_where_bpftrace_drops_a_racing_sum():
+    # bpftrace 0.20.0-0.23.2 drop a sum() whose key another CPU made meanwhile (bpftrace#4068); 0.23.2
+    # is Debian 13's. There each of ADD's sums is preceded by a 0 that makes the key.
+    lib = libzpool()
+    made = {v: "\n".join(code_lines(render("vdev_queue", lib, v).text)).count("= sum((int64)0);")
+            for v in ("v0.17.0", "0.19.1", "v0.20.0", "0.23.2", "v0.23.3", "0.24.0", "v0.27.1", "", "unknown")}
+    sums = "\n".join(code_lines(render("vdev_queue", lib).text)).count("= sum((int64)$v);")
+    assert sums > 0 and made == {"v0.17.0": 0, "0.19.1": 0, "v0.20.0": sums, "0.23.2": sums, "v0.23.3": 0,
+                                 "0.24.0": 0, "v0.27.1": 0, "": 0, "unknown": 0}
 
 
 def test_vdev_queue_on_the_kernel_uses_kallsyms_addresses_but_needs_the_layout():

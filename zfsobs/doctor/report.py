@@ -85,7 +85,7 @@ def checks(load: bool = False) -> tuple[list[tuple[str, str, str]], bool]:
         rows.append((WARN if origin.startswith("unknown") else OK, f"struct layout {t.kind} {t.version}", origin))
         for name in available():
             try:
-                r = render(name, t)
+                r = render(name, t, version)
             except FeatureAbsent as exc:      # a feature the release removed: a state, not a failure
                 rows.append((WARN, f"metric {name} on {t.kind} {t.version}", f"absent: {exc}"))
                 continue

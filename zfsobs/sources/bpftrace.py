@@ -150,18 +150,19 @@ class BpftraceSource:
     def __init__(self, target: Target, probes=DEFAULT_PROBES, tunables: dict | None = None):
         self.target = target
         self.bpftrace = check_tracing()
+        version = bpftrace_version(self.bpftrace)
         self.rendered: list[Rendered] = []
         self.unavailable: dict[str, str] = {}
         for name in probes:
             try:
-                self.rendered.append(render(name, target))
+                self.rendered.append(render(name, target, version))
             except ZfsobsError as exc:
                 if name in REQUIRED_PROBES:
                     raise
                 self.unavailable[name] = str(exc)
         self.meta = {
             "zfsobs": __version__, "host": platform.node(), "kernel": platform.release(),
-            "source": "bpftrace", "bpftrace": bpftrace_version(self.bpftrace),
+            "source": "bpftrace", "bpftrace": version,
             "target": target.describe(),
             "probes": {r.name: {"sha256": r.sha256, "functions": r.functions, "dropped": r.dropped}
                        for r in self.rendered},

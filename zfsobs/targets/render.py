@@ -8,6 +8,8 @@ A script in probes/linux/ is written once with placeholders:
   CONST(NAME)              a flag value for this build (probes/offsets.json "constants")
   GLOBAL(symbol)           the run-time address of a ZFS global (a tunable); only in ENTRY() probes
   NCPU                     the number of possible CPUs (per-CPU counters never race)
+  CREATE_SUM(@map[key]);   the key of a sum() map made with a 0 first, on the bpftrace versions that
+                           lose a sum when another CPU made its key meanwhile; elsewhere nothing
   NAME;                    the lines between "// macro NAME" and "// end macro" (bpftrace 0.17
                            has no functions; a flush is written once and used twice)
   // include FILE.btm      that file of the same directory, in place (macros kept apart)
@@ -36,6 +38,12 @@ _GLOBAL_RE = re.compile(r"\bGLOBAL\((\w+)\)")
 _FALLBACK = "// without offsets:"
 _INCLUDE_RE = re.compile(r"^// include ([\w.-]+\.btm)$", re.M)
 _MACRO_RE = re.compile(r"^// macro (\w+)\n(.*?)^// end macro\n", re.M | re.S)
+_CREATE_SUM_RE = re.compile(r"^(\s*)CREATE_SUM\((@\w+\[.*\])\);$")
+# bpftrace 0.20.0 to 0.23.2 add a sum() to a key not in the map yet with an update that fails if
+# another CPU made the key meanwhile (BPF_NOEXIST), and drop the value (bpftrace#4068, fixed in
+# 0.23.3 and 0.24: Debian 13 ships 0.23.2). A 0 written first makes the key either way: the sum then
+# finds it and adds in place. Seen: one I/O's entry lost per vdev in CI's 2.4.4 guest (2026-11-27).
+_SUM_LOST_FROM, _SUM_LOST_TO = (0, 20, 0), (0, 23, 3)
 
 
 def available(platform: str = "linux") -> list[str]:
@@ -103,8 +111,17 @@ class Rendered:
     dropped: list[str] = field(default_factory=list)     # what this target cannot give
 
 
-def render(name: str, target: Target) -> Rendered:
+def sums_need_create(bpftrace: str) -> bool:
+    """Does this bpftrace version lose a sum() that races another CPU making its key?"""
+    found = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", bpftrace or "")
+    return bool(found) and _SUM_LOST_FROM <= tuple(int(n or 0) for n in found.groups()) < _SUM_LOST_TO
+
+
+def render(name: str, target: Target, bpftrace: str = "") -> Rendered:
+    """The script `name` for `target`, written for the bpftrace of version `bpftrace` ("": unknown, taken
+    as one that needs no workaround)."""
     text = source(name)
+    create_sums = sums_need_create(bpftrace)
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     have = target.functions
     missing_required = [fn for fn in required_functions(text) if fn not in have]
@@ -139,6 +156,11 @@ def render(name: str, target: Target) -> Rendered:
             if line.lstrip().startswith(("/*", "*", "//")):
                 out.append(line)      # comments keep their placeholder names
                 continue
+            create = _CREATE_SUM_RE.match(line)
+            if create:
+                if not create_sums:
+                    continue
+                line = f"{create.group(1)}{create.group(2)} = sum((int64)0);"
             fields = _OFF_RE.findall(line)
             unknown = [f for f in fields if f not in offsets]
             addresses = {g: target.global_address(g, entry_fn) if entry_fn else None
