@@ -71,3 +71,27 @@ def test_probe_runs_that_may_have_missed_their_dump_are_lost_events():
     assert [(ev.ts, ev.get("count"), ev.get("probe")) for ev in lost] == [(1001, 2, "vdev_queue"), (1003, 1, "vdev_queue")]
     # a dump without the field (a probe before it) reads as none
     assert dumps.feed("zfsobs 1 vq_dump 2000 set=0 end=1900") == []
+
+
+def test_a_changed_limit_reaches_the_lines_of_its_time():
+    """A set is printed 450 ms after the probes left it, and the limits with it, read by then: each
+    dump's reading is newer than its lines. Every reading waits for the lines of its time, in order;
+    none is put on lines from before it, and a newer dump's reading does not hold it back (the lab's
+    tuning test once saw max_active stay 3 for 9 s after a change to 1)."""
+    dumps, parser, seen = vq_dumps.VqDumps(), Parser(), []
+    change = 5_000_000_000      # the limit goes from 3 to 1 here
+    for i in range(40):
+        printed = 1_000_000_000 + i * 250_000_000
+        end, read = printed - 450_000_000, printed - 1_000_000
+        limit = 3 if read < change else 1
+        lines = [f"zfsobs 1 vq_dump {printed} set={i % 6} end={end} late=0",
+                 f"@vq_n{i % 6}[7, 4096, 3, 0]: 1",
+                 f"@vq_lma[7, 3]: {limit}", f"@vq_lmi[7, 3]: 1", f"@vq_lt[7]: {read}",
+                 f"zfsobs 1 vq_dump_end {printed}"]
+        for line in lines:
+            seen += [(ev.ts, ev.get("max_active")) for ev in map(parser.parse, dumps.feed(line)) if ev and ev.kind == "vq"]
+    assert len(seen) >= 15
+    assert all(limit == 3 for ts, limit in seen if ts < change)
+    # each line carries the newest reading at or before its time: 1 from the first dump read after
+    # the change (read 1 ms before printing), whose lines' time comes 449 ms after that
+    assert all(limit == 1 for ts, limit in seen if ts >= change + 500_000_000)

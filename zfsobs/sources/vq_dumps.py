@@ -25,12 +25,16 @@ LINES = {"vq": ("pool", "pid", "vd", "class", "final", "pend", "act", "pend_ns",
          "vq_vdev": ("pool", "pid", "vd", "guid", "final", "vdev_max", "path")}
 
 
+# limit readings kept waiting for their lines' time per process: a few dumps' worth (~1 s)
+LIMITS_WAITING = 16
+
+
 class VqDumps:
     def __init__(self):
         # a vdev is (pid, vd, gen): gen counts the vdev_t's incarnations at one address
         self.ident: dict[tuple, dict] = {}      # vdev -> pool, guid, vdev_max, path (vq_id lines)
         self.limits: dict[tuple, list] = {}     # (pid, class) -> [max_active, min_active]
-        self.later: dict[int, tuple] = {}       # pid -> (read at, its limits): newer than the lines
+        self.later: dict[int, list] = {}        # pid -> [(read at, its limits)]: newer than the lines
         self.last_top: dict[tuple, int] = {}    # vdev + (class, kind) -> the library's last maximum
         self.sums: dict[tuple, dict] = {}       # vdev + (class,) -> slot -> cumulative value
         self.freed: dict[tuple, int] = {}       # vdev -> when vdev_free ran
@@ -100,20 +104,20 @@ class VqDumps:
             self.dump["lt"][key[0]] = int(value)
 
     def _limits(self, dump: dict, end: int) -> None:
-        """The limits as of `end`. bpftrace reads the map when it prints it, after `end` (seconds
-        after under emulation): a value read later waits for the lines of its time, so a tunable
-        changed meanwhile is not put on lines from before the change."""
-        for pid, (at, lim) in list(self.later.items()):
-            if at <= end:
-                self.limits.update(lim)
-                del self.later[pid]
+        """The limits as of `end`. bpftrace reads the map when it prints it, after `end` (by 450 ms
+        and more, since a set is printed that long after the probes left it): a value read later
+        waits, in order, for the lines of its time, so a tunable changed meanwhile is not put on
+        lines from before the change, nor held back for good by the next dump's later reading."""
         for pid in {p for p, _ in dump.get("lim", {})}:
             lim = {k: v for k, v in dump["lim"].items() if k[0] == pid}
-            at = dump["lt"].get(pid, 0)
-            if at <= end or not any(k[0] == pid for k in self.limits):
-                self.limits.update(lim)
+            if not any(k[0] == pid for k in self.limits):
+                self.limits.update(lim)     # a process's first: better than none
             else:
-                self.later[pid] = (at, lim)
+                self.later.setdefault(pid, []).append((dump["lt"].get(pid, 0), lim))
+        for pid, waiting in self.later.items():
+            while waiting and waiting[0][0] <= end:
+                self.limits.update(waiting.pop(0)[1])
+            del waiting[:-LIMITS_WAITING]
 
     def _lines(self, dump: dict, every: bool = False) -> list[str]:
         end = self.end = dump["end"] or self.end
