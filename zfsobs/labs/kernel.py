@@ -85,6 +85,7 @@ class KernelLab:
         self._signal_conn: socket.socket | None = None
         self._stopping = 0.0      # when CMD was asked to stop (Ctrl-C, SIGTERM)
         self._exited = 0.0        # when the agent said CMD exited (its rc written)
+        self._spoke = False       # CMD's output came: it runs, even if the console says so later
 
     @staticmethod
     def _share(path: str) -> Path:
@@ -203,45 +204,17 @@ class KernelLab:
         sinks = {"stdout": sys.stdout.buffer, "stderr": sys.stderr.buffer}
         open_streams = 1
         while open_streams:
-            now = time.monotonic()
-            if now > deadline:
-                raise ZfsobsError(f"lab --kernel: timed out after {self.timeout:g} s; guest powered off")
-            if self._exited and now - self._exited > POWEROFF_GRACE:
-                # CMD is done and its rc is in; the rest is the guest's own shutdown, which under
-                # TCG on a busy host can take minutes (a CI run): nothing left in it to wait for
-                self.qemu.terminate()
-                break
-            if self._stopping and not self._exited and now - self._stopping > STOP_GRACE:
-                raise ZfsobsError(f"lab --kernel: the command did not stop within {STOP_GRACE:g} s "
-                                  "of being asked; guest powered off")
+            # Ctrl-C or SIGTERM waits for the end of a step (at most its 1 s select), then goes to
+            # CMD: raised mid-write of CMD's output it escaped the loop and powered the guest off
             try:
-                ready = sel.select(timeout=1.0)
+                with whole():
+                    opened = self._step(sel, sinks, deadline)
             except (KeyboardInterrupt, Terminated) as exc:
                 self._forward(exc)
                 continue
-            for key, _ in ready:
-                kind, name = key.data
-                if kind == "listen":
-                    conn, _ = key.fileobj.accept()
-                    self._socks.append(conn)
-                    sel.unregister(key.fileobj)
-                    key.fileobj.close()
-                    if name == "signal":          # ours to write to, never read
-                        self._signal_conn = conn
-                        continue
-                    sel.register(conn, selectors.EVENT_READ, ("stream", name))
-                    open_streams += 1
-                    continue
-                data = os.read(key.fileobj.fileno(), 65536)
-                if not data:
-                    sel.unregister(key.fileobj)
-                    key.fileobj.close()
-                    open_streams -= 1
-                elif kind == "stream" and name in sinks:
-                    sinks[name].write(data)
-                    sinks[name].flush()
-                else:            # the guest console and qemu's own messages: kept out of CMD's stream
-                    self._console(data)
+            if opened is None:
+                break
+            open_streams += opened
         self.qemu.wait()
         for name, s in listeners.items():     # connected only as qemu ended: drain what it sent
             if s.fileno() != -1 and name != "signal":
@@ -252,11 +225,52 @@ class KernelLab:
               + (f" (command started {boot:.0f} s after boot)" if boot else ""), file=sys.stderr)
         return self._result()
 
+    def _step(self, sel, sinks: dict, deadline: float) -> int | None:
+        """One wait for the guest's sockets and what came: streams opened minus closed, None once
+        CMD is done and only the guest's own shutdown is left."""
+        now, opened = time.monotonic(), 0
+        if now > deadline:
+            raise ZfsobsError(f"lab --kernel: timed out after {self.timeout:g} s; guest powered off")
+        if self._exited and now - self._exited > POWEROFF_GRACE:
+            # CMD is done and its rc is in; the rest is the guest's own shutdown, which under
+            # TCG on a busy host can take minutes (a CI run): nothing left in it to wait for
+            self.qemu.terminate()
+            return None
+        if self._stopping and not self._exited and now - self._stopping > STOP_GRACE:
+            raise ZfsobsError(f"lab --kernel: the command did not stop within {STOP_GRACE:g} s "
+                              "of being asked; guest powered off")
+        ready = sel.select(timeout=1.0)
+        for key, _ in ready:
+            kind, name = key.data
+            if kind == "listen":
+                conn, _ = key.fileobj.accept()
+                self._socks.append(conn)
+                sel.unregister(key.fileobj)
+                key.fileobj.close()
+                if name == "signal":          # ours to write to, never read
+                    self._signal_conn = conn
+                    continue
+                sel.register(conn, selectors.EVENT_READ, ("stream", name))
+                opened += 1
+                continue
+            data = os.read(key.fileobj.fileno(), 65536)
+            if not data:
+                sel.unregister(key.fileobj)
+                key.fileobj.close()
+                opened -= 1
+            elif kind == "stream" and name in sinks:
+                self._spoke = True
+                sinks[name].write(data)
+                sinks[name].flush()
+            else:            # the guest console and qemu's own messages: kept out of CMD's stream
+                self._console(data)
+        return opened
+
     def _forward(self, exc: BaseException) -> None:
         """Ctrl-C or SIGTERM: pass it to CMD in the guest, so it ends as it would on a host (a record
         closes its capture, top restores the terminal). A second one, or no CMD yet, powers off."""
         sig = "INT" if isinstance(exc, KeyboardInterrupt) else "TERM"
-        if self._stopping or self._signal_conn is None or "guest_running" not in self.timings:
+        if self._stopping or self._signal_conn is None or not ("guest_running" in self.timings or self._spoke):
             raise exc
         try:
             self._signal_conn.sendall(sig.encode() + b"\n")
