@@ -38,7 +38,7 @@ _GLOBAL_RE = re.compile(r"\bGLOBAL\((\w+)\)")
 _FALLBACK = "// without offsets:"
 _INCLUDE_RE = re.compile(r"^// include ([\w.-]+\.btm)$", re.M)
 _MACRO_RE = re.compile(r"^// macro (\w+)\n(.*?)^// end macro\n", re.M | re.S)
-_CREATE_SUM_RE = re.compile(r"^(\s*)CREATE_SUM\((@\w+\[.*\])\);$")
+_CREATE_SUM_RE = re.compile(r"^(\s*)CREATE_SUM\((@\w+\[.*\])\);\n", re.M)
 # bpftrace 0.20.0 to 0.23.2 add a sum() to a key not in the map yet with an update that fails if
 # another CPU made the key meanwhile (BPF_NOEXIST), and drop the value (bpftrace#4068, fixed in
 # 0.23.3 and 0.24: Debian 13 ships 0.23.2). A 0 written first makes the key either way: the sum then
@@ -117,11 +117,17 @@ def sums_need_create(bpftrace: str) -> bool:
     return bool(found) and _SUM_LOST_FROM <= tuple(int(n or 0) for n in found.groups()) < _SUM_LOST_TO
 
 
+def create_sums(text: str, bpftrace: str) -> str:
+    """Each CREATE_SUM(@map[key]); line of `text` as that bpftrace version needs it: a 0 summed into
+    the key first, or nothing."""
+    need = sums_need_create(bpftrace)
+    return _CREATE_SUM_RE.sub(lambda m: f"{m.group(1)}{m.group(2)} = sum((int64)0);\n" if need else "", text)
+
+
 def render(name: str, target: Target, bpftrace: str = "") -> Rendered:
     """The script `name` for `target`, written for the bpftrace of version `bpftrace` ("": unknown, taken
     as one that needs no workaround)."""
     text = source(name)
-    create_sums = sums_need_create(bpftrace)
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     have = target.functions
     missing_required = [fn for fn in required_functions(text) if fn not in have]
@@ -144,7 +150,7 @@ def render(name: str, target: Target, bpftrace: str = "") -> Rendered:
                           f"per-CPU counters in a loop the kernel's BPF verifier passes for at most {limit} "
                           f"(docs/performance.md, 'CPU count'); the metric cannot be traced on this machine")
     out, dropped, attached = [], [], []
-    for block in _blocks(_expand_macros(text)):
+    for block in _blocks(create_sums(_expand_macros(text), bpftrace)):
         probe = _PROBE_RE.search(block[0]) if block else None
         if probe and probe.group(2) not in have:
             dropped.append(f"function {probe.group(2)} absent")
@@ -156,11 +162,6 @@ def render(name: str, target: Target, bpftrace: str = "") -> Rendered:
             if line.lstrip().startswith(("/*", "*", "//")):
                 out.append(line)      # comments keep their placeholder names
                 continue
-            create = _CREATE_SUM_RE.match(line)
-            if create:
-                if not create_sums:
-                    continue
-                line = f"{create.group(1)}{create.group(2)} = sum((int64)0);"
             fields = _OFF_RE.findall(line)
             unknown = [f for f in fields if f not in offsets]
             addresses = {g: target.global_address(g, entry_fn) if entry_fn else None
