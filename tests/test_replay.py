@@ -88,6 +88,15 @@ def test_over_budget_the_kept_states_thin_out_away_from_the_cursor(capture, monk
     assert screen(rp) == screen(fresh)
 
 
+def kept_samples(rp) -> dict:
+    """The samples the tuning panel and compare would read at the cursor (past the last prune's
+    second, which depends on the events' spacing)."""
+    from zfsobs.model import samples
+    since = rp.cursor - samples.KEEP_NS + SEC
+    return {key: [(t, v) for t, v in zip(tr.ts, tr.values) if t >= since]
+            for key, tr in rp.model.samples.tracks.items()}
+
+
 def test_a_far_seek_reads_the_digests_and_shows_what_playing_there_shows(tmp_path, monkeypatch):
     """A seek far past what was played feeds the digests up to the model's history before the
     target and every line after (zfsobs/views/replay.py): the screen is the one a full replay shows,
@@ -115,6 +124,7 @@ def test_a_far_seek_reads_the_digests_and_shows_what_playing_there_shows(tmp_pat
         monkeypatch.setattr(replay, "FAR_NS", 3 * SEC)
         assert fresh.before is None and fresh.model.events == rp.model.events
         assert screen(rp) == screen(fresh), target
+        assert kept_samples(rp) == kept_samples(fresh) and kept_samples(rp), target
         for step in (SEC, -SEC, -2 * SEC):                      # steps around it keep the same screen
             rp.seek(target + step)
             fresh.seek(target + step)

@@ -79,6 +79,9 @@ class SampleModel:
         self._io_last: int | None = None                  # the latest vq/vc line
         self._clock: int | None = None
         self._pruned = 0
+        # bins ending at or before this are stepped over, not measured: replay's far seek feeds
+        # the digests up to a time whose bins it will have pruned (zfsobs/views/replay.py)
+        self.measure_from: int | None = None
 
     def feed(self, ev: Event) -> None:
         self._clock = ev.ts if self._clock is None else max(self._clock, ev.ts)
@@ -126,7 +129,8 @@ class SampleModel:
                 if not partial or binned_until <= self._bin:
                     return
                 end = binned_until
-            self._measure(self._bin, end)
+            if self.measure_from is None or end > self.measure_from:
+                self._measure(self._bin, end)
             self._bin = end
 
     def _bin_end(self, start: int) -> int:
