@@ -23,6 +23,9 @@ IMAGES = {
     "trixie-backports": (("layouts", "fidelity") + SEEDS, ()),
 }
 SEED_IMAGE = "trixie-backports"
+# images with a run of their own, not the fidelity checks: sid's Oracle DTrace beside bpftrace
+# (tests/test_kernel_dtrace.py)
+OTHERS = {"sid": (("dtrace",), ())}
 
 
 @dataclass
@@ -51,11 +54,11 @@ def fidelity_run(distro: str, tmp_path_factory) -> Image:
     if why:
         pytest.skip(why)
     if distro not in _done:
-        runs, options = IMAGES[distro]
+        runs, options = {**IMAGES, **OTHERS}[distro]
         env = "ZFSOBS_FIDELITY_DIR" + ("" if distro == "bookworm" else "_" + distro.upper().replace("-", "_"))
         out = guest_run(tmp_path_factory, env, "kernel-fidelity", runs, timeout=2400,
                         lab=("--workload", "none", "--distro", distro, *options))
-        version = (out / "fidelity" / "before" / "version").read_text().strip()
+        version = (out / Image(distro, out, runs, "").recorded[0] / "before" / "version").read_text().strip()
         _done[distro] = Image(distro, out, runs, version)
         write_reports(out)
     return _done[distro]

@@ -2,8 +2,8 @@
 came from a D script: the lines are built from the D scripts' own printf/printa formats
 (probes/illumos/*.d), filled with the values of a real Linux lab capture (tests/data/lab-2.1.11.cap,
 one ztest process), with each D constant kept as D prints it (pid=0, final=0, untracked=-1) and
-zil's D shape (a txg's counts as parts, each cpu a unique part number below the final line's,
-then one final=1 line of zeros). That capture goes through the normal record format, report and
+zil's D shape (each txg's counts added to its slot's totals, as zil.d prints them, made a txg's
+part again by zfsobs/sources/d_slots.py, then one final=1 line of zeros). That capture goes through the normal record format, report and
 replay."""
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import dlint  # noqa: E402
 
 from zfsobs.capture import CaptureWriter, read_capture  # noqa: E402
 from zfsobs.events import Parser  # noqa: E402
+from zfsobs.sources.d_slots import KINDS, TAG_SHIFT, DSlots  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB = ROOT / "tests" / "data" / "lab-2.1.11.cap"
@@ -49,18 +50,35 @@ def pick(kind: str, final: bool) -> str:
 
 
 def d_lines(lab_lines: list[str]) -> tuple[list[str], int, list]:
+    """The lines a DtraceSource hands on: zil's as zil.d prints them (each txg's counts added to
+    its slot's totals, txg & 7, a maximum tagged with its round) through DSlots, which makes them
+    a txg's parts again; the others as their scripts print them."""
     parser = Parser()
     events = [e for e in map(parser.parse, lab_lines) if e is not None]
     pid = Counter(e.get("pid") for e in events if e.kind == "txg").most_common(1)[0][0]
-    out, zil_final = [], []
+    out, zil_final, totals, slots = [], [], {}, DSlots()
     for ev in events:
-        if ev.get("pid") != pid or ev.kind not in FORMATS or ev.kind in ("hello", "bye"):
+        if ev.get("pid") != pid or ev.kind not in FORMATS and ev.kind + "_c" not in FORMATS \
+                or ev.kind in ("hello", "bye"):
             continue
         f = {k: v for k, v in ev.fields.items()}
         if ev.kind.startswith("zil"):
             if ev.get("final") != 1:        # D prints a txg's parts once each: take the whole ones
                 continue
-            out.append(fill(pick(ev.kind, False), ev.ts, f, cpu=ev.ts - 1 - int(f["cpu"])))
+            txg, seg = int(f["txg"]), f.get("seg")
+            slot = totals.setdefault((ev.kind, f["pool"], seg, txg & 7), {})
+            for name, value in f.items():
+                if name in ("pool", "pid", "txg", "cpu", "final", "seg"):
+                    continue
+                if name in KINDS[ev.kind + "_c"][1]:
+                    slot[name] = (txg >> 3) << TAG_SHIFT | value
+                else:
+                    slot[name] = slot.get(name, 0) + value
+            # the slot's latest event (its ts and cpu) came before the txg's sync began (the final's);
+            # the lab's txg has a part per CPU, each a flush of its own here
+            line = fill(FORMATS[ev.kind + "_c"][0], ev.ts - 1 - int(f["cpu"]), dict(slot, pool=f["pool"], txg=txg, seg=seg,
+                                                                   spa="ffff8881deadbe00", slot=txg & 7))
+            out += slots.feed(line)
             if ev.kind == "zil":
                 zil_final.append(ev)
                 marker = (ev.ts, f["pool"], f["txg"])

@@ -8,10 +8,14 @@
  * there, and the caller's dmu_tx_wait() adds its time only. Leventhal's delay-mintime sdt probe
  * fires only when dmu_tx_delay() sleeps; the mark counts what the kstat counts.
  * Attribution as on Linux: every event counts to the txg OPEN in its pool (dp_tx.tx_open_txg).
- * Counting is in D aggregations (race free across CPUs). Every interval ($2 seconds, default 1),
- * as a txg starts to sync (txg-syncing: its transactions are all in) and at the end, printa prints
- * each (pool, txg) that moved and trunc() empties the aggregations: a txg's lines add up (the
- * reader sums counts and times and takes the largest maxima).
+ * Counting is in D aggregations (race free across CPUs), never emptied (DTrace 2.0 drops what a
+ * probe adds between the consumer's snapshot and trunc()), keyed by (pool, spa_t, txg & 7): a slot
+ * the txg reuses eight txgs later. Every interval ($2 seconds, default 1), as a txg starts to sync
+ * (txg-syncing: its transactions are all in) and at the end, printa prints each slot's totals
+ * since the start as a txg_thr_c line with the txg it holds, and zfsobs turns each slot's rise into
+ * that txg's txg_thr line (zfsobs/sources/d_slots.py): a txg's lines add up (the reader sums
+ * counts and times and takes the largest maxima). A maximum carries the txg's round (txg >> 3)
+ * above bit 40, so an older round's never wins.
  * Arguments: $$1 a pool name (empty: every pool), $2 the flush interval in seconds.
  * Probes: fbt::dmu_tx_assign:entry fbt::dmu_tx_assign:return fbt::dmu_tx_wait:entry fbt::dmu_tx_wait:return sdt:::txg-syncing
  * Requires: fbt::dmu_tx_assign:entry fbt::dmu_tx_assign:return fbt::dmu_tx_wait:entry fbt::dmu_tx_wait:return
@@ -47,8 +51,11 @@ fbt::dmu_tx_assign:return
 /self->atx/
 {
 	this->dp = self->atx->tx_pool;
+	this->spa = (uint64_t)this->dp->dp_spa;
 	this->pool = stringof(this->dp->dp_spa->spa_name);
 	this->txg = this->dp->dp_tx.tx_open_txg;
+	this->slot = this->txg & 7;
+	this->tag = ((this->txg >> 3) & 0xffffff) << 40;
 	this->refused = self->atx->tx_wait_dirty ? 1 : 0;
 	self->pend = this->refused;
 	self->atx = 0;
@@ -58,12 +65,13 @@ fbt::dmu_tx_assign:return
 fbt::dmu_tx_assign:return
 /this->on/
 {
-	@tts[this->pool, this->txg] = max(timestamp);
-	@tdirty[this->pool, this->txg] = max(this->dp->dp_dirty_total);
-	@tn[this->pool, this->txg] = sum(this->refused);
-	@tmax[this->pool, this->txg] = max(*(uint64_t *)&`zfs_dirty_data_max);
-	@tpct[this->pool, this->txg] = max(*(uint32_t *)&`zfs_delay_min_dirty_percent);
-	@tscale[this->pool, this->txg] = max(*(uint64_t *)&`zfs_delay_scale);
+	@tts[this->pool, this->spa, this->slot] = max(timestamp);
+	@tt[this->pool, this->spa, this->slot] = max(this->txg);
+	@tdirty[this->pool, this->spa, this->slot] = max(this->tag | (this->dp->dp_dirty_total & 0xffffffffff));
+	@tn[this->pool, this->spa, this->slot] = sum(this->refused);
+	@tmax[this->pool, this->spa, this->slot] = max(this->tag | (*(uint64_t *)&`zfs_dirty_data_max & 0xffffffffff));
+	@tpct[this->pool, this->spa, this->slot] = max(this->tag | *(uint32_t *)&`zfs_delay_min_dirty_percent);
+	@tscale[this->pool, this->spa, this->slot] = max(this->tag | (*(uint64_t *)&`zfs_delay_scale & 0xffffffffff));
 }
 
 /* throttled: tx_wait_dirty set (dmu_tx_wait() clears it before it returns); 2: already counted */
@@ -87,8 +95,11 @@ fbt::dmu_tx_wait:return
 {
 	this->ns = timestamp - self->wt0;
 	this->dp = self->wtx->tx_pool;
+	this->spa = (uint64_t)this->dp->dp_spa;
 	this->pool = stringof(this->dp->dp_spa->spa_name);
 	this->txg = this->dp->dp_tx.tx_open_txg;
+	this->slot = this->txg & 7;
+	this->tag = ((this->txg >> 3) & 0xffffff) << 40;
 	this->wd = self->wd;
 	self->wtx = 0;
 	self->wt0 = 0;
@@ -102,32 +113,33 @@ fbt::dmu_tx_wait:return
 fbt::dmu_tx_wait:return
 /this->on/
 {
-	@tts[this->pool, this->txg] = max(timestamp);
-	@tmax[this->pool, this->txg] = max(*(uint64_t *)&`zfs_dirty_data_max);
-	@tpct[this->pool, this->txg] = max(*(uint32_t *)&`zfs_delay_min_dirty_percent);
-	@tscale[this->pool, this->txg] = max(*(uint64_t *)&`zfs_delay_scale);
+	@tts[this->pool, this->spa, this->slot] = max(timestamp);
+	@tt[this->pool, this->spa, this->slot] = max(this->txg);
+	@tmax[this->pool, this->spa, this->slot] = max(this->tag | (*(uint64_t *)&`zfs_dirty_data_max & 0xffffffffff));
+	@tpct[this->pool, this->spa, this->slot] = max(this->tag | *(uint32_t *)&`zfs_delay_min_dirty_percent);
+	@tscale[this->pool, this->spa, this->slot] = max(this->tag | (*(uint64_t *)&`zfs_delay_scale & 0xffffffffff));
 }
 
 fbt::dmu_tx_wait:return
 /this->on && this->wd/
 {
-	@tn[this->pool, this->txg] = sum(this->wd == 1 ? 1 : 0);
-	@tns[this->pool, this->txg] = sum(this->ns);
-	@tnsmax[this->pool, this->txg] = max(this->ns);
+	@tn[this->pool, this->spa, this->slot] = sum(this->wd == 1 ? 1 : 0);
+	@tns[this->pool, this->spa, this->slot] = sum(this->ns);
+	@tnsmax[this->pool, this->spa, this->slot] = max(this->tag | (this->ns > 0xffffffffff ? 0xffffffffff : this->ns));
 }
 
-fbt::dmu_tx_wait:return /this->on && this->wd && this->b == 0/ { @td0[this->pool, this->txg] = count(); }
-fbt::dmu_tx_wait:return /this->on && this->wd && this->b == 1/ { @td1[this->pool, this->txg] = count(); }
-fbt::dmu_tx_wait:return /this->on && this->wd && this->b == 2/ { @td2[this->pool, this->txg] = count(); }
-fbt::dmu_tx_wait:return /this->on && this->wd && this->b == 3/ { @td3[this->pool, this->txg] = count(); }
-fbt::dmu_tx_wait:return /this->on && this->wd && this->b == 4/ { @td4[this->pool, this->txg] = count(); }
-fbt::dmu_tx_wait:return /this->on && this->wd && this->b == 5/ { @td5[this->pool, this->txg] = count(); }
+fbt::dmu_tx_wait:return /this->on && this->wd && this->b == 0/ { @td0[this->pool, this->spa, this->slot] = count(); }
+fbt::dmu_tx_wait:return /this->on && this->wd && this->b == 1/ { @td1[this->pool, this->spa, this->slot] = count(); }
+fbt::dmu_tx_wait:return /this->on && this->wd && this->b == 2/ { @td2[this->pool, this->spa, this->slot] = count(); }
+fbt::dmu_tx_wait:return /this->on && this->wd && this->b == 3/ { @td3[this->pool, this->spa, this->slot] = count(); }
+fbt::dmu_tx_wait:return /this->on && this->wd && this->b == 4/ { @td4[this->pool, this->spa, this->slot] = count(); }
+fbt::dmu_tx_wait:return /this->on && this->wd && this->b == 5/ { @td5[this->pool, this->spa, this->slot] = count(); }
 
 fbt::dmu_tx_wait:return
 /this->on && !this->wd/
 {
-	@tw[this->pool, this->txg] = count();
-	@twns[this->pool, this->txg] = sum(this->ns);
+	@tw[this->pool, this->spa, this->slot] = count();
+	@twns[this->pool, this->spa, this->slot] = sum(this->ns);
 }
 
 profile:::tick-1s
@@ -154,14 +166,10 @@ dtrace:::END
 	this->tflush = 1;
 }
 
-/* The flush: what moved since the previous one, then emptied (the consumer prints and truncates
- * the same snapshot, so nothing is lost or counted twice). */
+/* The flush: each slot's totals since the start (a slot that did not move prints the same). */
 profile:::tick-1s, sdt:::txg-syncing, dtrace:::END
 /this->tflush/
 {
-	printa("zfsobs 1 txg_thr %@d pool=%s pid=0 txg=%d dirty_max=%@d dirty_data_max=%@d delay_min_pct=%@d delay_scale=%@d delays=%@d delay_ns=%@d delay_max_ns=%@d d0=%@d d1=%@d d2=%@d d3=%@d d4=%@d d5=%@d waits=%@d wait_ns=%@d\n",
-	    @tts, @tdirty, @tmax, @tpct, @tscale, @tn, @tns, @tnsmax, @td0, @td1, @td2, @td3, @td4, @td5, @tw, @twns);
-	trunc(@tts); trunc(@tdirty); trunc(@tmax); trunc(@tpct); trunc(@tscale); trunc(@tn); trunc(@tns);
-	trunc(@tnsmax); trunc(@td0); trunc(@td1); trunc(@td2); trunc(@td3); trunc(@td4); trunc(@td5);
-	trunc(@tw); trunc(@twns);
+	printa("zfsobs 1 txg_thr_c %@d pool=%s spa=%x slot=%d txg=%@d dirty_max=%@d dirty_data_max=%@d delay_min_pct=%@d delay_scale=%@d delays=%@d delay_ns=%@d delay_max_ns=%@d d0=%@d d1=%@d d2=%@d d3=%@d d4=%@d d5=%@d waits=%@d wait_ns=%@d\n",
+	    @tts, @tt, @tdirty, @tmax, @tpct, @tscale, @tn, @tns, @tnsmax, @td0, @td1, @td2, @td3, @td4, @td5, @tw, @twns);
 }

@@ -6,11 +6,13 @@
  * (zl_dmu_pool->dp_tx.tx_open_txg): a commit when zil_commit_impl returns, an itx when it is
  * assigned (zil_itx_assign), a log block when it is issued (zil_lwb_write_issue: lwb_nused,
  * lwb_sz, what zilstat.ksh read).
- * Counting is in D aggregations (race free across CPUs, summed when printed). Every interval
- * ($2 seconds, default 1) and when a txg has synced, printa prints each (pool, txg) that moved
- * and trunc() empties the aggregations, so a line holds what happened since the previous flush.
- * The reader sums a row over its cpu values (docs/events.md): each line's cpu is its own
- * timestamp, the time of its latest event, so no two lines of a row share one and they add up.
+ * Counting is in D aggregations (race free across CPUs, summed when printed), never emptied:
+ * DTrace 2.0 drops what a probe adds between the consumer's snapshot and trunc(). They are keyed
+ * by (pool, spa_t, txg & 7), a slot the txg reuses eight txgs later; every interval ($2 seconds,
+ * default 1) and when a txg has synced, printa prints each slot's totals since the start as zil_c,
+ * zil_itx_c and zil_lat_c lines with the txg the slot holds, and zfsobs turns each slot's rise
+ * into the txg's zil, zil_itx and zil_lat lines (zfsobs/sources/d_slots.py). A per-txg maximum
+ * carries the txg's round (txg >> 3) above bit 40, so an older round's never wins.
  * final=1 comes as one line of zeros per synced txg (txg-synced, after the flush; ts = spa_sync
  * entry, which joins it to the txg line), since printa cannot print one key alone.
  * Arguments: $$1 a pool name (empty: every pool), $2 the flush interval in seconds.
@@ -51,8 +53,11 @@ fbt::zil_commit_impl:return
 /self->zstart/
 {
 	this->lat = timestamp - self->zstart;
+	this->spa = (uint64_t)self->zilog->zl_spa;
 	this->pool = stringof(self->zilog->zl_spa->spa_name);
 	this->txg = self->zilog->zl_dmu_pool->dp_tx.tx_open_txg;
+	this->slot = this->txg & 7;
+	this->tag = ((this->txg >> 3) & 0xffffff) << 40;
 	self->zstart = 0;
 	self->zilog = 0;
 	/* bucket 0: < 1.024 us; then two per power of two (docs/zil.md; zfsobs/model/zil.py lat_bucket) */
@@ -73,46 +78,50 @@ fbt::zil_commit_impl:return
 fbt::zil_commit_impl:return
 /this->on/
 {
-	@zts[this->pool, this->txg] = max(timestamp);
-	@zcommits[this->pool, this->txg] = count();
-	@zlat[this->pool, this->txg] = sum(this->lat);
-	@zlatmax[this->pool, this->txg] = max(this->lat);
-	@zlts[this->pool, this->txg, this->seg] = max(timestamp);
+	@zts[this->pool, this->spa, this->slot] = max(timestamp);
+	@zt[this->pool, this->spa, this->slot] = max(this->txg);
+	@zcommits[this->pool, this->spa, this->slot] = count();
+	@zlat[this->pool, this->spa, this->slot] = sum(this->lat);
+	@zlatmax[this->pool, this->spa, this->slot] = max(this->tag | (this->lat > 0xffffffffff ? 0xffffffffff : this->lat));
+	@zlts[this->pool, this->spa, this->slot, this->seg] = max(timestamp);
+	@zlt[this->pool, this->spa, this->slot, this->seg] = max(this->txg);
 }
 
-fbt::zil_commit_impl:return /this->on && this->b == 0/ { @zl0[this->pool, this->txg, this->seg] = count(); }
-fbt::zil_commit_impl:return /this->on && this->b == 1/ { @zl1[this->pool, this->txg, this->seg] = count(); }
-fbt::zil_commit_impl:return /this->on && this->b == 2/ { @zl2[this->pool, this->txg, this->seg] = count(); }
-fbt::zil_commit_impl:return /this->on && this->b == 3/ { @zl3[this->pool, this->txg, this->seg] = count(); }
-fbt::zil_commit_impl:return /this->on && this->b == 4/ { @zl4[this->pool, this->txg, this->seg] = count(); }
-fbt::zil_commit_impl:return /this->on && this->b == 5/ { @zl5[this->pool, this->txg, this->seg] = count(); }
-fbt::zil_commit_impl:return /this->on && this->b == 6/ { @zl6[this->pool, this->txg, this->seg] = count(); }
-fbt::zil_commit_impl:return /this->on && this->b == 7/ { @zl7[this->pool, this->txg, this->seg] = count(); }
-fbt::zil_commit_impl:return /this->on && this->b == 8/ { @zl8[this->pool, this->txg, this->seg] = count(); }
-fbt::zil_commit_impl:return /this->on && this->b == 9/ { @zl9[this->pool, this->txg, this->seg] = count(); }
-fbt::zil_commit_impl:return /this->on && this->b == 10/ { @zl10[this->pool, this->txg, this->seg] = count(); }
-fbt::zil_commit_impl:return /this->on && this->b == 11/ { @zl11[this->pool, this->txg, this->seg] = count(); }
-fbt::zil_commit_impl:return /this->on && this->b == 12/ { @zl12[this->pool, this->txg, this->seg] = count(); }
-fbt::zil_commit_impl:return /this->on && this->b == 13/ { @zl13[this->pool, this->txg, this->seg] = count(); }
-fbt::zil_commit_impl:return /this->on && this->b == 14/ { @zl14[this->pool, this->txg, this->seg] = count(); }
-fbt::zil_commit_impl:return /this->on && this->b == 15/ { @zl15[this->pool, this->txg, this->seg] = count(); }
-fbt::zil_commit_impl:return /this->on && this->b == 16/ { @zl16[this->pool, this->txg, this->seg] = count(); }
-fbt::zil_commit_impl:return /this->on && this->b == 17/ { @zl17[this->pool, this->txg, this->seg] = count(); }
-fbt::zil_commit_impl:return /this->on && this->b == 18/ { @zl18[this->pool, this->txg, this->seg] = count(); }
-fbt::zil_commit_impl:return /this->on && this->b == 19/ { @zl19[this->pool, this->txg, this->seg] = count(); }
-fbt::zil_commit_impl:return /this->on && this->b == 20/ { @zl20[this->pool, this->txg, this->seg] = count(); }
-fbt::zil_commit_impl:return /this->on && this->b == 21/ { @zl21[this->pool, this->txg, this->seg] = count(); }
-fbt::zil_commit_impl:return /this->on && this->b == 22/ { @zl22[this->pool, this->txg, this->seg] = count(); }
-fbt::zil_commit_impl:return /this->on && this->b == 23/ { @zl23[this->pool, this->txg, this->seg] = count(); }
-fbt::zil_commit_impl:return /this->on && this->b == 24/ { @zl24[this->pool, this->txg, this->seg] = count(); }
+fbt::zil_commit_impl:return /this->on && this->b == 0/ { @zl0[this->pool, this->spa, this->slot, this->seg] = count(); }
+fbt::zil_commit_impl:return /this->on && this->b == 1/ { @zl1[this->pool, this->spa, this->slot, this->seg] = count(); }
+fbt::zil_commit_impl:return /this->on && this->b == 2/ { @zl2[this->pool, this->spa, this->slot, this->seg] = count(); }
+fbt::zil_commit_impl:return /this->on && this->b == 3/ { @zl3[this->pool, this->spa, this->slot, this->seg] = count(); }
+fbt::zil_commit_impl:return /this->on && this->b == 4/ { @zl4[this->pool, this->spa, this->slot, this->seg] = count(); }
+fbt::zil_commit_impl:return /this->on && this->b == 5/ { @zl5[this->pool, this->spa, this->slot, this->seg] = count(); }
+fbt::zil_commit_impl:return /this->on && this->b == 6/ { @zl6[this->pool, this->spa, this->slot, this->seg] = count(); }
+fbt::zil_commit_impl:return /this->on && this->b == 7/ { @zl7[this->pool, this->spa, this->slot, this->seg] = count(); }
+fbt::zil_commit_impl:return /this->on && this->b == 8/ { @zl8[this->pool, this->spa, this->slot, this->seg] = count(); }
+fbt::zil_commit_impl:return /this->on && this->b == 9/ { @zl9[this->pool, this->spa, this->slot, this->seg] = count(); }
+fbt::zil_commit_impl:return /this->on && this->b == 10/ { @zl10[this->pool, this->spa, this->slot, this->seg] = count(); }
+fbt::zil_commit_impl:return /this->on && this->b == 11/ { @zl11[this->pool, this->spa, this->slot, this->seg] = count(); }
+fbt::zil_commit_impl:return /this->on && this->b == 12/ { @zl12[this->pool, this->spa, this->slot, this->seg] = count(); }
+fbt::zil_commit_impl:return /this->on && this->b == 13/ { @zl13[this->pool, this->spa, this->slot, this->seg] = count(); }
+fbt::zil_commit_impl:return /this->on && this->b == 14/ { @zl14[this->pool, this->spa, this->slot, this->seg] = count(); }
+fbt::zil_commit_impl:return /this->on && this->b == 15/ { @zl15[this->pool, this->spa, this->slot, this->seg] = count(); }
+fbt::zil_commit_impl:return /this->on && this->b == 16/ { @zl16[this->pool, this->spa, this->slot, this->seg] = count(); }
+fbt::zil_commit_impl:return /this->on && this->b == 17/ { @zl17[this->pool, this->spa, this->slot, this->seg] = count(); }
+fbt::zil_commit_impl:return /this->on && this->b == 18/ { @zl18[this->pool, this->spa, this->slot, this->seg] = count(); }
+fbt::zil_commit_impl:return /this->on && this->b == 19/ { @zl19[this->pool, this->spa, this->slot, this->seg] = count(); }
+fbt::zil_commit_impl:return /this->on && this->b == 20/ { @zl20[this->pool, this->spa, this->slot, this->seg] = count(); }
+fbt::zil_commit_impl:return /this->on && this->b == 21/ { @zl21[this->pool, this->spa, this->slot, this->seg] = count(); }
+fbt::zil_commit_impl:return /this->on && this->b == 22/ { @zl22[this->pool, this->spa, this->slot, this->seg] = count(); }
+fbt::zil_commit_impl:return /this->on && this->b == 23/ { @zl23[this->pool, this->spa, this->slot, this->seg] = count(); }
+fbt::zil_commit_impl:return /this->on && this->b == 24/ { @zl24[this->pool, this->spa, this->slot, this->seg] = count(); }
 
 /* Every itx (log record) is assigned to its zilog here, the commit markers (TX_COMMIT, 0) too. */
 fbt::zil_itx_assign:entry
 {
 	this->zilog = (zilog_t *)arg0;
 	this->itx = (itx_t *)arg1;
+	this->spa = (uint64_t)this->zilog->zl_spa;
 	this->pool = stringof(this->zilog->zl_spa->spa_name);
 	this->txg = this->zilog->zl_dmu_pool->dp_tx.tx_open_txg;
+	this->slot = this->txg & 7;
 	this->type = this->itx->itx_lr.lrc_txtype & 0xffff;     /* without TX_CI (bit 63) */
 	this->slot = this->type > 24 ? 25 : this->type;
 	this->rec = this->type != 0 ? this->itx->itx_lr.lrc_reclen : (uint64_t)0;
@@ -126,66 +135,70 @@ fbt::zil_itx_assign:entry
 fbt::zil_itx_assign:entry
 /this->on/
 {
-	@zts[this->pool, this->txg] = max(timestamp);
-	@zitxs[this->pool, this->txg] = sum(this->type != 0);
-	@zitxb[this->pool, this->txg] = sum(this->rec);
-	@zwr[this->pool, this->txg] = sum(this->wr);
-	@zwrb[this->pool, this->txg] = sum(this->len);
-	@zcop[this->pool, this->txg] = sum(this->state == 1);
-	@zcopb[this->pool, this->txg] = sum(this->state == 1 ? this->len : 0);
-	@zneed[this->pool, this->txg] = sum(this->state == 2);
-	@zneedb[this->pool, this->txg] = sum(this->state == 2 ? this->len : 0);
-	@zind[this->pool, this->txg] = sum(this->state == 0);
-	@zindb[this->pool, this->txg] = sum(this->state == 0 ? this->len : 0);
+	@zts[this->pool, this->spa, this->slot] = max(timestamp);
+	@zt[this->pool, this->spa, this->slot] = max(this->txg);
+	@zitxs[this->pool, this->spa, this->slot] = sum(this->type != 0);
+	@zitxb[this->pool, this->spa, this->slot] = sum(this->rec);
+	@zwr[this->pool, this->spa, this->slot] = sum(this->wr);
+	@zwrb[this->pool, this->spa, this->slot] = sum(this->len);
+	@zcop[this->pool, this->spa, this->slot] = sum(this->state == 1);
+	@zcopb[this->pool, this->spa, this->slot] = sum(this->state == 1 ? this->len : 0);
+	@zneed[this->pool, this->spa, this->slot] = sum(this->state == 2);
+	@zneedb[this->pool, this->spa, this->slot] = sum(this->state == 2 ? this->len : 0);
+	@zind[this->pool, this->spa, this->slot] = sum(this->state == 0);
+	@zindb[this->pool, this->spa, this->slot] = sum(this->state == 0 ? this->len : 0);
 }
 
-fbt::zil_itx_assign:entry /this->on && this->slot == 0/ { @zx0[this->pool, this->txg] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 1/ { @zx1[this->pool, this->txg] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 2/ { @zx2[this->pool, this->txg] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 3/ { @zx3[this->pool, this->txg] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 4/ { @zx4[this->pool, this->txg] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 5/ { @zx5[this->pool, this->txg] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 6/ { @zx6[this->pool, this->txg] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 7/ { @zx7[this->pool, this->txg] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 8/ { @zx8[this->pool, this->txg] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 9/ { @zx9[this->pool, this->txg] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 10/ { @zx10[this->pool, this->txg] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 11/ { @zx11[this->pool, this->txg] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 12/ { @zx12[this->pool, this->txg] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 13/ { @zx13[this->pool, this->txg] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 14/ { @zx14[this->pool, this->txg] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 15/ { @zx15[this->pool, this->txg] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 16/ { @zx16[this->pool, this->txg] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 17/ { @zx17[this->pool, this->txg] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 18/ { @zx18[this->pool, this->txg] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 19/ { @zx19[this->pool, this->txg] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 20/ { @zx20[this->pool, this->txg] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 21/ { @zx21[this->pool, this->txg] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 22/ { @zx22[this->pool, this->txg] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 23/ { @zx23[this->pool, this->txg] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 24/ { @zx24[this->pool, this->txg] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 25/ { @zx25[this->pool, this->txg] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->slot == 0/ { @zx0[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->slot == 1/ { @zx1[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->slot == 2/ { @zx2[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->slot == 3/ { @zx3[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->slot == 4/ { @zx4[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->slot == 5/ { @zx5[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->slot == 6/ { @zx6[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->slot == 7/ { @zx7[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->slot == 8/ { @zx8[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->slot == 9/ { @zx9[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->slot == 10/ { @zx10[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->slot == 11/ { @zx11[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->slot == 12/ { @zx12[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->slot == 13/ { @zx13[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->slot == 14/ { @zx14[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->slot == 15/ { @zx15[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->slot == 16/ { @zx16[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->slot == 17/ { @zx17[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->slot == 18/ { @zx18[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->slot == 19/ { @zx19[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->slot == 20/ { @zx20[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->slot == 21/ { @zx21[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->slot == 22/ { @zx22[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->slot == 23/ { @zx23[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->slot == 24/ { @zx24[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->slot == 25/ { @zx25[this->pool, this->spa, this->slot] = count(); }
 
 /* One call per log block issued; zilstat's N-Bytes (lwb_nused) and B-Bytes (lwb_sz). */
 fbt::zil_lwb_write_issue:entry
 {
 	this->zilog = (zilog_t *)arg0;
 	this->lwb = (lwb_t *)arg1;
+	this->spa = (uint64_t)this->zilog->zl_spa;
 	this->pool = stringof(this->zilog->zl_spa->spa_name);
 	this->txg = this->zilog->zl_dmu_pool->dp_tx.tx_open_txg;
+	this->slot = this->txg & 7;
 	this->sz = this->lwb->lwb_sz;
 }
 
 fbt::zil_lwb_write_issue:entry
 /$$1 == "" || this->pool == $$1/
 {
-	@zts[this->pool, this->txg] = max(timestamp);
-	@zlwbs[this->pool, this->txg] = count();
-	@znused[this->pool, this->txg] = sum(this->lwb->lwb_nused);
-	@zsize[this->pool, this->txg] = sum(this->sz);
-	@zle4k[this->pool, this->txg] = sum(this->sz <= 4096);
-	@z4to32k[this->pool, this->txg] = sum(this->sz > 4096 && this->sz < 32768);
-	@zge32k[this->pool, this->txg] = sum(this->sz >= 32768);
+	@zts[this->pool, this->spa, this->slot] = max(timestamp);
+	@zt[this->pool, this->spa, this->slot] = max(this->txg);
+	@zlwbs[this->pool, this->spa, this->slot] = count();
+	@znused[this->pool, this->spa, this->slot] = sum(this->lwb->lwb_nused);
+	@zsize[this->pool, this->spa, this->slot] = sum(this->sz);
+	@zle4k[this->pool, this->spa, this->slot] = sum(this->sz <= 4096);
+	@z4to32k[this->pool, this->spa, this->slot] = sum(this->sz > 4096 && this->sz < 32768);
+	@zge32k[this->pool, this->spa, this->slot] = sum(this->sz >= 32768);
 }
 
 fbt::spa_sync:entry
@@ -210,30 +223,19 @@ dtrace:::END
 	this->zflush = 1;
 }
 
-/* The flush: what moved since the previous one, then emptied (the consumer prints and truncates
- * the same snapshot, so nothing is lost or counted twice). */
+/* The flush: each slot's totals since the start (a slot that did not move prints the same). */
 profile:::tick-1s, sdt:::txg-synced, dtrace:::END
 /this->zflush/
 {
-	printa("zfsobs 1 zil %@d pool=%s pid=0 txg=%d cpu=%@d final=0 commits=%@d lat_ns=%@d lat_max_ns=%@d itxs=%@d itx_bytes=%@d writes=%@d write_bytes=%@d copied=%@d copied_bytes=%@d needcopy=%@d needcopy_bytes=%@d indirect=%@d indirect_bytes=%@d lwbs=%@d nused=%@d size=%@d lwb_le4k=%@d lwb_4to32k=%@d lwb_ge32k=%@d\n",
-	    @zts, @zts, @zcommits, @zlat, @zlatmax, @zitxs, @zitxb, @zwr, @zwrb, @zcop, @zcopb, @zneed, @zneedb, @zind, @zindb,
+	printa("zfsobs 1 zil_c %@d pool=%s spa=%x slot=%d txg=%@d commits=%@d lat_ns=%@d lat_max_ns=%@d itxs=%@d itx_bytes=%@d writes=%@d write_bytes=%@d copied=%@d copied_bytes=%@d needcopy=%@d needcopy_bytes=%@d indirect=%@d indirect_bytes=%@d lwbs=%@d nused=%@d size=%@d lwb_le4k=%@d lwb_4to32k=%@d lwb_ge32k=%@d\n",
+	    @zts, @zt, @zcommits, @zlat, @zlatmax, @zitxs, @zitxb, @zwr, @zwrb, @zcop, @zcopb, @zneed, @zneedb, @zind, @zindb,
 	    @zlwbs, @znused, @zsize, @zle4k, @z4to32k, @zge32k);
-	printa("zfsobs 1 zil_itx %@d pool=%s pid=0 txg=%d cpu=%@d final=0 tx0=%@d tx1=%@d tx2=%@d tx3=%@d tx4=%@d tx5=%@d tx6=%@d tx7=%@d tx8=%@d tx9=%@d tx10=%@d tx11=%@d tx12=%@d tx13=%@d tx14=%@d tx15=%@d tx16=%@d tx17=%@d tx18=%@d tx19=%@d tx20=%@d tx21=%@d tx22=%@d tx23=%@d tx24=%@d txother=%@d\n",
-	    @zts, @zts, @zx0, @zx1, @zx2, @zx3, @zx4, @zx5, @zx6, @zx7, @zx8, @zx9, @zx10, @zx11, @zx12, @zx13,
+	printa("zfsobs 1 zil_itx_c %@d pool=%s spa=%x slot=%d txg=%@d tx0=%@d tx1=%@d tx2=%@d tx3=%@d tx4=%@d tx5=%@d tx6=%@d tx7=%@d tx8=%@d tx9=%@d tx10=%@d tx11=%@d tx12=%@d tx13=%@d tx14=%@d tx15=%@d tx16=%@d tx17=%@d tx18=%@d tx19=%@d tx20=%@d tx21=%@d tx22=%@d tx23=%@d tx24=%@d txother=%@d\n",
+	    @zts, @zt, @zx0, @zx1, @zx2, @zx3, @zx4, @zx5, @zx6, @zx7, @zx8, @zx9, @zx10, @zx11, @zx12, @zx13,
 	    @zx14, @zx15, @zx16, @zx17, @zx18, @zx19, @zx20, @zx21, @zx22, @zx23, @zx24, @zx25);
-	printa("zfsobs 1 zil_lat %@d pool=%s pid=0 txg=%d cpu=%@d final=0 seg=%d b0=%@d b1=%@d b2=%@d b3=%@d b4=%@d b5=%@d b6=%@d b7=%@d b8=%@d b9=%@d b10=%@d b11=%@d b12=%@d b13=%@d b14=%@d b15=%@d b16=%@d b17=%@d b18=%@d b19=%@d b20=%@d b21=%@d b22=%@d b23=%@d b24=%@d\n",
-	    @zlts, @zlts, @zl0, @zl1, @zl2, @zl3, @zl4, @zl5, @zl6, @zl7, @zl8, @zl9, @zl10, @zl11, @zl12,
+	printa("zfsobs 1 zil_lat_c %@d pool=%s spa=%x slot=%d seg=%d txg=%@d b0=%@d b1=%@d b2=%@d b3=%@d b4=%@d b5=%@d b6=%@d b7=%@d b8=%@d b9=%@d b10=%@d b11=%@d b12=%@d b13=%@d b14=%@d b15=%@d b16=%@d b17=%@d b18=%@d b19=%@d b20=%@d b21=%@d b22=%@d b23=%@d b24=%@d\n",
+	    @zlts, @zlt, @zl0, @zl1, @zl2, @zl3, @zl4, @zl5, @zl6, @zl7, @zl8, @zl9, @zl10, @zl11, @zl12,
 	    @zl13, @zl14, @zl15, @zl16, @zl17, @zl18, @zl19, @zl20, @zl21, @zl22, @zl23, @zl24);
-	trunc(@zts); trunc(@zcommits); trunc(@zlat); trunc(@zlatmax); trunc(@zitxs); trunc(@zitxb);
-	trunc(@zwr); trunc(@zwrb); trunc(@zcop); trunc(@zcopb); trunc(@zneed); trunc(@zneedb); trunc(@zind);
-	trunc(@zindb); trunc(@zlwbs); trunc(@znused); trunc(@zsize); trunc(@zle4k); trunc(@z4to32k); trunc(@zge32k);
-	trunc(@zlts);
-	trunc(@zx0); trunc(@zx1); trunc(@zx2); trunc(@zx3); trunc(@zx4); trunc(@zx5); trunc(@zx6); trunc(@zx7); trunc(@zx8);
-	trunc(@zx9); trunc(@zx10); trunc(@zx11); trunc(@zx12); trunc(@zx13); trunc(@zx14); trunc(@zx15); trunc(@zx16); trunc(@zx17);
-	trunc(@zx18); trunc(@zx19); trunc(@zx20); trunc(@zx21); trunc(@zx22); trunc(@zx23); trunc(@zx24); trunc(@zx25);
-	trunc(@zl0); trunc(@zl1); trunc(@zl2); trunc(@zl3); trunc(@zl4); trunc(@zl5); trunc(@zl6); trunc(@zl7); trunc(@zl8);
-	trunc(@zl9); trunc(@zl10); trunc(@zl11); trunc(@zl12); trunc(@zl13); trunc(@zl14); trunc(@zl15); trunc(@zl16); trunc(@zl17);
-	trunc(@zl18); trunc(@zl19); trunc(@zl20); trunc(@zl21); trunc(@zl22); trunc(@zl23); trunc(@zl24);
 }
 
 /* The txg has synced: its last counts were flushed just above; mark its row final. */

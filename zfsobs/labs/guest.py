@@ -20,8 +20,10 @@ FLAVOURS = ("stock", "btf")     # zfs-dkms as Debian builds it (no module BTF), 
 # the Debian releases an image is built from (scripts/kernel-lab-image --distro), with what each holds
 DISTROS = {"bookworm": "Debian 12: kernel 6.1, OpenZFS 2.1.11, bpftrace 0.17",
            "trixie": "Debian 13: kernel 6.12, OpenZFS 2.3.9, bpftrace 0.23",
-           "trixie-backports": "Debian 13 with trixie-backports' OpenZFS (2.4.x) on its 6.12 kernel"}
-IMAGES = (("bookworm", "stock"), ("bookworm", "btf"), ("trixie", "stock"), ("trixie-backports", "stock"))
+           "trixie-backports": "Debian 13 with trixie-backports' OpenZFS (2.4.x) on its 6.12 kernel",
+           "sid": "Debian sid: kernel 7.2, OpenZFS 2.4.4, bpftrace 0.27 and Oracle's DTrace 2.0.7"}
+IMAGES = (("bookworm", "stock"), ("bookworm", "btf"), ("trixie", "stock"), ("trixie-backports", "stock"),
+          ("sid", "stock"))
 GUEST_LAYOUTS = "/var/cache/zfsobs/layouts"    # zfsobs/targets/layouts.py's cache, the host's cache_dir()/layouts
 
 

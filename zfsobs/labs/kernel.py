@@ -7,7 +7,8 @@ stdout/stderr back, passes Ctrl-C/SIGTERM on to CMD, and returns CMD's exit stat
 always powered off and every temp file removed, whatever ends the run. The default image's zfs.ko is
 a stock DKMS build (no module BTF: zfsobs compiles its struct layouts, once per image, into a cache
 the guests share with the host); --btf boots the flavour built with module BTF; --distro trixie or
-trixie-backports an image of Debian 13 with OpenZFS 2.3 or 2.4 (kernel_guest.DISTROS).
+trixie-backports an image of Debian 13 with OpenZFS 2.3 or 2.4, --distro sid Debian sid's 2.4.4 with
+Oracle's DTrace for the D scripts (kernel_guest.DISTROS).
 """
 from __future__ import annotations
 

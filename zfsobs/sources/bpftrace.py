@@ -22,6 +22,7 @@ from zfsobs.procs import die_with_parent, remove_stale
 from zfsobs.signals import stop_pending, whole
 from zfsobs.sources.stop_marker import StopMarker
 from zfsobs.targets.target import Target
+from zfsobs.sources.d_slots import DSlots, wanted as slot_totals
 from zfsobs.sources.end_maps import EndMaps
 from zfsobs.sources.vq_dumps import VqDumps
 
@@ -221,6 +222,8 @@ class BpftraceSource:
             dumps = self._dumps[name] = VqDumps()
         elif _END_MAPS in text:
             dumps = EndMaps()
+        elif slot_totals(text):
+            dumps = DSlots()
         for raw in stream:
             raw = raw.rstrip("\n")
             if is_err:
