@@ -97,3 +97,25 @@ def test_other_lines_pass_and_a_damaged_slot_line_is_left_for_the_parser():
     assert slots.feed(final) == [final] and slots.feed("") == []
     bad = "zfsobs 1 zil_c 7 pool=tank spa=1 slot=4 txg=x commits=1"
     assert slots.feed(bad) == [bad]
+
+
+def test_vq_dumps_of_totals_become_dumps_of_what_moved():
+    """probes/dtrace-openzfs/vdev_queue.d prints totals since the start, its maxima tagged with
+    the dump's round: DumpTotals hands VqDumps the rise of each sum, and each maximum of this
+    round or the one before (written as the round turned); an older one is no maximum now."""
+    from zfsobs.sources.d_slots import DUMP_TAG, DumpTotals, dump_totals
+    text = (D_DIR.parent / "dtrace-openzfs" / "vdev_queue.d").read_text()
+    assert dump_totals(text) and not dump_totals((D_DIR / "vdev_queue.d").read_text())
+    totals = DumpTotals()
+    head = "zfsobs 1 vq_dump {0} set=0 end={0} round={1}"
+    out = []
+    for ts, rnd, n, x in ((100, 1, 3, (1 << DUMP_TAG) | 5), (200, 2, 3, (1 << DUMP_TAG) | 5),
+                          (300, 3, 7, (3 << DUMP_TAG) | 2), (400, 4, 7, (3 << DUMP_TAG) | 2)):
+        out.append(totals.feed(head.format(ts, rnd)))
+        out.append(totals.feed(f"@vq_n0[0, 99, 3, 0]: {n}") + totals.feed(f"@vq_x0[0, 99, 3, 1]: {x}"))
+    assert out[0] == [head.format(100, 1)]
+    assert [o for i, o in enumerate(out) if i % 2] == [
+        ["@vq_n0[0, 99, 3, 0]: 3", "@vq_x0[0, 99, 3, 1]: 5"],
+        ["@vq_x0[0, 99, 3, 1]: 5"],                 # round 1's maximum, as round 2 turned
+        ["@vq_n0[0, 99, 3, 0]: 4", "@vq_x0[0, 99, 3, 1]: 2"],
+        ["@vq_x0[0, 99, 3, 1]: 2"]]

@@ -13,8 +13,11 @@
  * Counts are D aggregations (race free across CPUs) keyed as the .bt's maps: @vq_n[pid, vd,
  * generation << 4 | class, slot] = sum, @vq_x[..., kind] = max, the same slots (docs/events.md,
  * zfsobs/sources/vq_dumps.py). Every 250 ms they are printed the way bpftrace prints maps, between a
- * vq_dump and a vq_dump_end line, and truncated (the consumer prints and truncates one snapshot),
- * so zfsobs/sources/vq_dumps.py makes the vq, vq_lat and vq_vdev lines of both tracers alike.
+ * vq_dump and a vq_dump_end line, never emptied: DTrace 2.0 drops what probes add between the
+ * consumer's snapshot and trunc(). A dump holds the totals since the start, and a maximum carries
+ * the dump's round (vq_round, counted per dump) above bit 32, so the newest round's is the
+ * largest; zfsobs/sources/d_slots.py DumpTotals makes them the dumps of what moved, and
+ * zfsobs/sources/vq_dumps.py the vq, vq_lat and vq_vdev lines of both tracers alike.
  * Per-zio state (when it entered, when it went to the device) is in global arrays keyed by the zio:
  * one zio's events are ordered by the queue's lock. Dynamic variable drops (dtrace says so on
  * stderr) would lose a zio's state: it then counts in unseen at its completion.
@@ -38,6 +41,7 @@ uint64_t vq_pc[uint64_t];
 uint64_t vq_ac[uint64_t];
 uint64_t vq_gen[uint64_t];
 uint64_t vq_ft[uint64_t];
+int64_t vq_round;
 
 dtrace:::BEGIN
 {
@@ -78,7 +82,7 @@ fbt::vdev_queue_io:entry
 	this->vqc = (uintptr_t)&this->vdp->vdev_queue.vq_class[this->p];
 	this->m = (this->p == 0 || this->p == 1 || this->p == 7 ? (int64_t)*(ulong_t *)this->vqc :
 	    (int64_t)((avl_tree_t *)this->vqc)->avl_numnodes) + 1;
-	@vq_x[0, this->vd, this->k, 0] = max(this->m);
+	@vq_x[0, this->vd, this->k, 0] = max(vq_round << 32 | this->m);
 }
 
 /* The vdev's identity and the per-vdev limit, at most twice a second per vdev. */
@@ -205,7 +209,7 @@ fbt::vdev_queue_io_done:entry
 fbt::vdev_queue_io_done:entry
 /this->ok && this->p < 9/
 {
-	@vq_x[0, this->vd, this->k, 1] = max((int64_t)this->vdp->vdev_queue.vq_cactive[this->p]);
+	@vq_x[0, this->vd, this->k, 1] = max(vq_round << 32 | (int64_t)this->vdp->vdev_queue.vq_cactive[this->p]);
 }
 
 /* A pending zio moves to another class (the library's own fix-up). */
@@ -245,14 +249,13 @@ fbt::vdev_free:entry
 	vq_ft[arg0] = 0;
 }
 
-/* Every 250 ms: what the probes counted since the last dump, and each class's limits now. */
+/* Every 250 ms: the totals and this round's maxima, and each class's limits now. */
 profile:::tick-250ms
 {
-	printf("zfsobs 1 vq_dump %d set=0 end=%d\n", timestamp, timestamp);
+	vq_round = vq_round + 1;
+	printf("zfsobs 1 vq_dump %d set=0 end=%d round=%d\n", timestamp, timestamp, vq_round);
 	printa("@vq_n0[%d, %d, %d, %d]: %@d\n", @vq_n);
 	printa("@vq_x0[%d, %d, %d, %d]: %@d\n", @vq_x);
-	trunc(@vq_n);
-	trunc(@vq_x);
 	printf("@vq_lma[0, 0]: %d\n@vq_lmi[0, 0]: %d\n", *(int *)&`zfs_vdev_sync_read_max_active, *(int *)&`zfs_vdev_sync_read_min_active);
 	printf("@vq_lma[0, 1]: %d\n@vq_lmi[0, 1]: %d\n", *(int *)&`zfs_vdev_sync_write_max_active, *(int *)&`zfs_vdev_sync_write_min_active);
 	printf("@vq_lma[0, 2]: %d\n@vq_lmi[0, 2]: %d\n", *(int *)&`zfs_vdev_async_read_max_active, *(int *)&`zfs_vdev_async_read_min_active);

@@ -22,7 +22,7 @@ from zfsobs.procs import die_with_parent, remove_stale
 from zfsobs.signals import stop_pending, whole
 from zfsobs.sources.stop_marker import StopMarker
 from zfsobs.targets.target import Target
-from zfsobs.sources.d_slots import DSlots, wanted as slot_totals
+from zfsobs.sources.d_slots import DSlots, DumpTotals, dump_totals, wanted as slot_totals
 from zfsobs.sources.end_maps import EndMaps
 from zfsobs.sources.vq_dumps import VqDumps
 
@@ -218,6 +218,7 @@ class BpftraceSource:
 
     def _pump(self, name: str, stream, is_err: bool) -> None:
         dumps, text = None, "" if is_err else self._text(name)
+        totals = DumpTotals() if dump_totals(text) else None     # D's dumps of totals
         if _DUMPS in text:
             dumps = self._dumps[name] = VqDumps()
         elif _END_MAPS in text:
@@ -232,8 +233,9 @@ class BpftraceSource:
                 elif raw.strip() and not any(noise in raw for noise in _NOISE):
                     self._stderr[name].append(raw)
                 continue
-            for line in (dumps.feed(raw) if dumps else (raw,)):
-                self._take_line(name, line)
+            for got in (totals.feed(raw) if totals else (raw,)):
+                for line in (dumps.feed(got) if dumps else (got,)):
+                    self._take_line(name, line)
 
     def _text(self, name: str) -> str:
         return next((r.text for r in self.rendered if r.name == name), "")

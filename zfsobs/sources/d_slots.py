@@ -1,4 +1,4 @@
-"""The D scripts' per-txg counts, as the lines every other probe prints (docs/illumos.md, "Slots").
+"""The D scripts' totals, as the lines every other probe prints (docs/illumos.md, "Totals").
 
 DTrace 2.0 (Oracle's, on Linux) loses what a probe adds to an aggregation between the consumer's
 snapshot and trunc(): zil.d and throttle.d emptied theirs at each flush and came out 1-7 % low
@@ -70,3 +70,40 @@ class DSlots:
         for name, value in totals.items():
             out[name] = untag(value, txg) if name in maxima else value - last.get(name, 0)
         return [format_line(kind, ts, out)]
+
+
+DUMP_TAG = 32
+
+
+def dump_totals(text: str) -> bool:
+    """Whether a script's vq_dump holds totals since the start (probes/dtrace-openzfs/vdev_queue.d)."""
+    return "zfsobs 1 vq_dump " in text and " round=" in text
+
+
+class DumpTotals:
+    """The D vdev queue script's dumps of totals, as dumps of what moved since the previous one
+    (what bpftrace's map sets hold, zfsobs/sources/vq_dumps.py). A maximum counts in the dump of
+    its round, or the next one's when a probe wrote it as the round turned: a maximum is as old as
+    a dump and a half at most, never lost."""
+
+    def __init__(self):
+        self._last: dict[str, int] = {}
+        self._round = 0
+
+    def feed(self, line: str) -> list[str]:
+        if line.startswith(("@vq_n0[", "@vq_x0[")):
+            key, _, value = line.partition("]: ")
+            try:
+                total = int(value)
+            except ValueError:
+                return [line]
+            if key[4] == "n":
+                rise = total - self._last.get(key, 0)
+                self._last[key] = total
+                return [f"{key}]: {rise}"] if rise else []
+            if total >> DUMP_TAG in (self._round, self._round - 1):
+                return [f"{key}]: {total & ((1 << DUMP_TAG) - 1)}"]
+            return []
+        if line.startswith("zfsobs 1 vq_dump "):
+            self._round = int(next((p[6:] for p in line.split() if p.startswith("round=")), "0") or 0)
+        return [line]
