@@ -34,7 +34,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
 # Fields whose values are words; in a known kind every other field is an integer (or -1), so the
 # model may do arithmetic on it: a word where a number belongs makes the line malformed, not a
 # crash later. Unknown kinds pass as they are.
-WORD_FIELDS = frozenset({"pool", "path", "vd", "name", "src", "probe", "target", "na"})
+WORD_FIELDS = frozenset({"pool", "path", "vd", "name", "src", "probe", "target", "na", "cause"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from zfsobs.model import Model
 from zfsobs.pipeline import Pipeline
 from zfsobs.preflight import check_command, check_lab_options, check_output_dir, check_output_name
 from zfsobs.procs import stop
+from zfsobs.events import format_line
 from zfsobs.sources.selfcost import SelfCost
 from zfsobs.signals import Terminated, raise_on_termination, restore_defaults, whole
 from zfsobs.sources.dtrace import make_source
@@ -167,6 +168,11 @@ class Session:
         SIGINT/SIGTERM during the drain cuts it short; what was read is kept either way."""
         self.cost.sample()      # a last reading while the tracers still run (they exit in finish)
         try:
+            # runs the kernel skipped are counts the probes never made: said as lost events
+            for name, count in self.cost.skipped().items():
+                if count > 0:
+                    self.pipeline.feed_line(format_line("lost", time.monotonic_ns(),
+                                                        {"count": count, "probe": name, "cause": "skipped"}))
             for line in self.source.finish():
                 self.pipeline.feed_line(line)
         except (KeyboardInterrupt, Terminated):

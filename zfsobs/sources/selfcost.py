@@ -1,10 +1,17 @@
 """What tracing costs, measured while it runs: CPU time of zfsobs and of each probe's bpftrace, and
 the BPF programs' own run time and run count (kept by the kernel when kernel.bpf_stats_enabled=1;
 read from /proc/PID/fdinfo of bpftrace's program fds). The uprobe/kprobe trap itself is not in
-the BPF run time: scripts/bench measures the whole cost as workload throughput."""
+the BPF run time: scripts/bench measures the whole cost as workload throughput.
+
+Also the runs the kernel skipped (a program's recursion_misses: a trampoline or kprobe program
+that fired on a CPU where it was already running, its thread preempted inside it), so that a
+count short by them says so (`lost` events, cause=skipped). dtrace holds its programs through
+link fds only: a program is then opened by its id to read its fdinfo."""
 from __future__ import annotations
 
+import ctypes
 import os
+import platform
 import time
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -22,8 +29,35 @@ def cpu_seconds(pid: int | str) -> float | None:
         return None
 
 
-def bpf_runs(pid: int) -> dict[int, tuple[int, int]]:
-    """prog_id -> (run_time_ns, run_cnt) of each BPF program process `pid` holds."""
+_BPF_NR = {"x86_64": 321, "aarch64": 280}.get(platform.machine())
+_PROG_GET_FD_BY_ID = 13
+
+
+def _fdinfo(path: str) -> dict[str, str]:
+    with open(path) as f:
+        return dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+
+
+def _prog_info(prog_id: int) -> dict[str, str] | None:
+    """A program's fdinfo, through an fd of our own (bpf(BPF_PROG_GET_FD_BY_ID): root)."""
+    if _BPF_NR is None:
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    attr = (ctypes.c_uint32 * 3)(prog_id, 0, 0)         # prog_id, next_id, open_flags
+    fd = libc.syscall(_BPF_NR, _PROG_GET_FD_BY_ID, ctypes.byref(attr), ctypes.sizeof(attr))
+    if fd < 0:
+        return None
+    try:
+        return _fdinfo(f"/proc/self/fdinfo/{fd}")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def bpf_runs(pid: int) -> dict[int, tuple[int, int, int]]:
+    """prog_id -> (run_time_ns, run_cnt, recursion_misses) of each BPF program process `pid` holds,
+    through a program fd or a link fd."""
     out = {}
     try:
         fds = os.listdir(f"/proc/{pid}/fdinfo")
@@ -31,9 +65,11 @@ def bpf_runs(pid: int) -> dict[int, tuple[int, int]]:
         return out
     for fd in fds:
         try:
-            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
-                info = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
-            out[int(info["prog_id"])] = (int(info["run_time_ns"]), int(info["run_cnt"]))
+            info = _fdinfo(f"/proc/{pid}/fdinfo/{fd}")
+            prog = int(info["prog_id"])
+            if "run_cnt" not in info and prog not in out:     # a link: the program by its id
+                info = _prog_info(prog) or {}
+            out[prog] = (int(info["run_time_ns"]), int(info["run_cnt"]), int(info.get("recursion_misses", 0)))
         except (OSError, KeyError, ValueError):
             continue           # not a program (maps, perf events, pipes), or closed meanwhile
     return out
@@ -64,19 +100,16 @@ class SelfCost:
 
     def _read(self) -> dict:
         out = {"zfsobs_cpu_s": cpu_seconds("self") or 0.0}
-        # without bpf stats the kernel counts no run time: no need to walk bpftrace's fds for it
-        stats = stats_enabled()
         for name, pid in self.probes.items():
             cpu = cpu_seconds(pid)
             seen = self._seen.setdefault(name, {"cpu_s": 0.0, "progs": {}})
             if cpu is not None:
                 seen["cpu_s"] = cpu
-                # per program: a bpftrace that is detaching has closed some of them already
-                if stats:
-                    seen["progs"].update(bpf_runs(pid))
+                # per program: a tracer that is detaching has closed some of them already
+                seen["progs"].update(bpf_runs(pid))
             progs = seen["progs"].values()
             out[name] = {"cpu_s": seen["cpu_s"], "bpf_run_ns": sum(p[0] for p in progs),
-                         "bpf_runs": sum(p[1] for p in progs)}
+                         "bpf_runs": sum(p[1] for p in progs), "bpf_skipped": sum(p[2] for p in progs)}
         return out
 
     def _now(self) -> dict:
@@ -86,6 +119,11 @@ class SelfCost:
         for name in self.probes:
             out[name] = {k: round(v - self._base[name][k], 3) for k, v in now[name].items()}
         return out
+
+    def skipped(self) -> dict[str, int]:
+        """Per probe, the runs of its programs the kernel skipped since they attached."""
+        now = self._read()
+        return {name: now[name]["bpf_skipped"] - self._base[name]["bpf_skipped"] for name in self.probes}
 
     def sample(self) -> None:
         """A reading now, kept for totals() once the tracers have exited."""
