@@ -102,7 +102,8 @@ def test_other_lines_pass_and_a_damaged_slot_line_is_left_for_the_parser():
 def test_vq_dumps_of_totals_become_dumps_of_what_moved():
     """probes/dtrace-openzfs/vdev_queue.d prints totals since the start, its maxima tagged with
     the dump's round: DumpTotals hands VqDumps the rise of each sum, and each maximum of this
-    round or the one before (written as the round turned); an older one is no maximum now."""
+    round or the one before (written as the round turned) or a later one (dtrace printed the dump
+    late); an older one is no maximum now."""
     from zfsobs.sources.d_slots import DUMP_TAG, DumpTotals, dump_totals
     text = (D_DIR.parent / "dtrace-openzfs" / "vdev_queue.d").read_text()
     assert dump_totals(text) and not dump_totals((D_DIR / "vdev_queue.d").read_text())
@@ -114,6 +115,8 @@ def test_vq_dumps_of_totals_become_dumps_of_what_moved():
         out.append(totals.feed(head.format(ts, rnd)))
         out.append(totals.feed(f"@vq_n0[0, 99, 3, 0]: {n}") + totals.feed(f"@vq_x0[0, 99, 3, 1]: {x}"))
     assert out[0] == [head.format(100, 1)]
+    late = totals.feed(f"@vq_x0[0, 99, 3, 0]: {(9 << DUMP_TAG) | 4}")     # printed rounds late
+    assert late == ["@vq_x0[0, 99, 3, 0]: 4"]
     assert [o for i, o in enumerate(out) if i % 2] == [
         ["@vq_n0[0, 99, 3, 0]: 3", "@vq_x0[0, 99, 3, 1]: 5"],
         ["@vq_x0[0, 99, 3, 1]: 5"],                 # round 1's maximum, as round 2 turned

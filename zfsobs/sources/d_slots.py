@@ -83,8 +83,10 @@ def dump_totals(text: str) -> bool:
 class DumpTotals:
     """The D vdev queue script's dumps of totals, as dumps of what moved since the previous one
     (what bpftrace's map sets hold, zfsobs/sources/vq_dumps.py). A maximum counts in the dump of
-    its round, or the next one's when a probe wrote it as the round turned: a maximum is as old as
-    a dump and a half at most, never lost."""
+    its round, the next one's (a probe wrote it as the round turned), and any earlier one dtrace
+    printed late (its consumer snapshots when it gets to the record, which under load can be
+    rounds after the tick). A later round's write hides an earlier round's larger maximum: when
+    dtrace lags by more than a round, a queue's maximum can come out low (docs/illumos.md)."""
 
     def __init__(self):
         self._last: dict[str, int] = {}
@@ -101,7 +103,7 @@ class DumpTotals:
                 rise = total - self._last.get(key, 0)
                 self._last[key] = total
                 return [f"{key}]: {rise}"] if rise else []
-            if total >> DUMP_TAG in (self._round, self._round - 1):
+            if total >> DUMP_TAG >= self._round - 1:      # newer: dtrace printed this dump late
                 return [f"{key}]: {total & ((1 << DUMP_TAG) - 1)}"]
             return []
         if line.startswith("zfsobs 1 vq_dump "):
