@@ -21,6 +21,7 @@ from conftest import load_capture
 from vq_ledger import ledger_errors
 from kernel_images import IMAGES, SEED_IMAGE, Image, fidelity_run
 from zfsobs.capture import read_capture
+from zfsobs.events import Parser, parse_all
 from zfsobs.sources import kstats
 from zfsobs.model.vdev_queue import CLASSES
 
@@ -51,6 +52,14 @@ def delta(out, run: str, name: str) -> dict[str, int]:
 
 def report(out, run: str) -> dict:
     return json.loads((out / f"{run}.json").read_text())["summary"]
+
+
+def skipped(out, run: str, probe: str) -> int:
+    """Runs of the probe's programs the kernel skipped (the capture's lost events, cause=skipped:
+    a kprobe program whose CPU was already running one, as an I/O completion's interrupt can):
+    a count may be short by that many and no more (0 on a quiet machine: every count equal)."""
+    return sum(ev.get("count") for ev in parse_all(read_capture(str(out / f"{run}.cap")).lines, Parser())
+               if ev.kind == "lost" and ev.get("cause") == "skipped" and ev.get("probe") == probe)
 
 
 def txg_history(path) -> dict[int, dict]:
@@ -114,8 +123,9 @@ def test_zil_commits_and_log_writes_equal_the_zil_kstat(image):
     out = image.out
     for run in image.recorded:
         zil, truth = report(out, run)["zil"].get(POOL, {}), delta(out, run, "zil")
-        assert zil.get("commits", 0) == truth["zil_commit_count"], (run, zil, truth)
-        assert zil.get("lwbs", 0) == truth["zil_itx_metaslab_normal_count"] + truth["zil_itx_metaslab_slog_count"], \
+        skip = skipped(out, run, "zil")
+        assert 0 <= truth["zil_commit_count"] - zil.get("commits", 0) <= skip, (run, zil, truth, skip)
+        assert 0 <= truth["zil_itx_metaslab_normal_count"] + truth["zil_itx_metaslab_slog_count"] - zil.get("lwbs", 0) <= skip, \
             (run, zil, truth)
     # floors against an idle run only (the equalities above are the test): 15 s of fsynced writes
     # gave 9006-25468 commits quiet, 823 on trixie beside a CI run's load (TCG); tail's 5 s, 1934-5219
@@ -139,8 +149,9 @@ def test_zil_counts_equal_the_pools_own_objset_kstats(image):
         for name in names:
             for k, v in delta(image.out, run, name).items():
                 total[k] = total.get(k, 0) + v
-        assert zil.get("commits", 0) == total["zil_commit_count"], (run, zil, total)
-        assert zil.get("lwbs", 0) == total["zil_itx_metaslab_normal_count"] + total["zil_itx_metaslab_slog_count"], \
+        skip = skipped(image.out, run, "zil")
+        assert 0 <= total["zil_commit_count"] - zil.get("commits", 0) <= skip, (run, zil, total, skip)
+        assert 0 <= total["zil_itx_metaslab_normal_count"] + total["zil_itx_metaslab_slog_count"] - zil.get("lwbs", 0) <= skip, \
             (run, zil, total)
 
 
@@ -224,7 +235,8 @@ def test_every_queue_line_of_every_run_keeps_the_books(image):
     for run in image.recorded:
         capture = read_capture(str(image.out / f"{run}.cap"))
         lines += sum(1 for line in capture.lines if line.startswith("zfsobs 1 vq "))
-        assert ledger_errors(capture.lines) == [], run
+        if skipped(image.out, run, "vdev_queue") == 0:     # a skipped completion leaves its I/O queued
+            assert ledger_errors(capture.lines) == [], run
     assert lines > 100, lines
 
 
@@ -333,7 +345,9 @@ def test_delayed_transactions_equal_the_dmu_tx_kstat(image):
         throttle = report(image.out, run)["txg"][POOL]["throttle"]
         truth = delta(image.out, run, "dmu_tx")
         assert throttle is not None, run        # every run writes: transactions were assigned
-        assert throttle["delay_count"] == truth["dmu_tx_dirty_delay"] + truth["dmu_tx_wrlog_delay"], (run, throttle, truth)
+        skip = skipped(image.out, run, "throttle")
+        assert 0 <= truth["dmu_tx_dirty_delay"] + truth["dmu_tx_wrlog_delay"] - throttle["delay_count"] <= skip, \
+            (run, throttle, truth, skip)
     if "dirtyset" in image.recorded:
         assert report(image.out, "dirtyset")["txg"][POOL]["throttle"]["delay_count"] > 100
 
