@@ -17,7 +17,7 @@ from collections import deque
 from zfsobs import __version__
 from zfsobs.errors import ZfsobsError
 from zfsobs.events import format_line
-from zfsobs.targets.render import Rendered, render
+from zfsobs.targets.render import Rendered, render, version_tuple
 from zfsobs.procs import die_with_parent, remove_stale
 from zfsobs.signals import stop_pending, whole
 from zfsobs.sources.stop_marker import StopMarker
@@ -57,7 +57,7 @@ if os.path.exists("/sys/kernel/btf/vmlinux"):
 
 # The oldest bpftrace the probes are tested with (Debian 12's); older ones lack what they use
 # (while loops, reg("ip") in uprobes, the casts and printf widths), and fail in ways that read badly.
-MIN_BPFTRACE = (0, 17)
+MIN_BPFTRACE = (0, 17, 0)
 POLL_S = 0.02       # how often poll() looks for lines while none have come
 PREFIX = "zfsobs-probes-"   # the rendered scripts' temp directory, removed once bpftrace has read them
 
@@ -107,8 +107,8 @@ def _named() -> str:
 
 def too_old(path: str, version: str) -> str:
     """Why this bpftrace cannot run the probes ('' if it can, or if its version is unreadable)."""
-    if (0, 0) < version_tuple(version) < MIN_BPFTRACE:
-        return (f"{path} is bpftrace {version}; the probes need {'.'.join(map(str, MIN_BPFTRACE))} "
+    if (0, 0, 0) < version_tuple(version) < MIN_BPFTRACE:
+        return (f"{path} is bpftrace {version}; the probes need {'.'.join(map(str, MIN_BPFTRACE[:2]))} "
                 "or newer (Debian 12 ships 0.17: apt-get install bpftrace)")
     return ""
 
@@ -119,13 +119,7 @@ def run_flags(version: str, kernel: bool) -> list[str]:
     kernel): from 0.26 an exact kprobe:X and kretprobe:X pair becomes one session program
     (bpftrace#5176), and zil's and throttle's spa_sync pairs then pass the 512-byte BPF stack;
     without kprobe_multi no pair is merged, as up to 0.25."""
-    return ["--no-warnings"] + (["--no-feature", "kprobe_multi"] if kernel and version_tuple(version) >= (0, 23) else [])
-
-
-def version_tuple(version: str) -> tuple[int, int]:
-    """(major, minor) of a version string; (0, 0) if unreadable."""
-    found = re.match(r"v?(\d+)\.(\d+)", version)
-    return (int(found[1]), int(found[2])) if found else (0, 0)
+    return ["--no-warnings"] + (["--no-feature", "kprobe_multi"] if kernel and version_tuple(version) >= (0, 23, 0) else [])
 
 
 def bpftrace_version(path: str) -> str:

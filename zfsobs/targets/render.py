@@ -111,10 +111,16 @@ class Rendered:
     dropped: list[str] = field(default_factory=list)     # what this target cannot give
 
 
+def version_tuple(version: str) -> tuple[int, int, int]:
+    """(major, minor, patch) of a bpftrace version string ("v0.23.2", "0.17.0-..."); (0, 0, 0) if
+    unreadable."""
+    found = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", version or "")
+    return tuple(int(n or 0) for n in found.groups()) if found else (0, 0, 0)
+
+
 def sums_need_create(bpftrace: str) -> bool:
     """Does this bpftrace version lose a sum() that races another CPU making its key?"""
-    found = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", bpftrace or "")
-    return bool(found) and _SUM_LOST_FROM <= tuple(int(n or 0) for n in found.groups()) < _SUM_LOST_TO
+    return _SUM_LOST_FROM <= version_tuple(bpftrace) < _SUM_LOST_TO
 
 
 def create_sums(text: str, bpftrace: str) -> str:
