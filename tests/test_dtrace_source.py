@@ -146,6 +146,7 @@ def test_on_openzfs_24_the_vdev_queue_metric_uses_the_openzfs_script_and_the_oth
     assert not why and "(OpenZFS 2.2+)" in text.splitlines()[1] and "& 1048576" in text and "CONST(" not in text
     text, why = choose("vdev_cache", listed, "Linux", flags)
     assert text == "" and why.startswith("probe vdev_cache: not in this kernel") and "vdev_cache_read" in why
+    assert "OpenZFS 2.2 and later removed the vdev cache" in why       # the script's Absent line
     assert doctor_dtrace.metric("vdev_cache", listed, "Linux")[0] == "FAIL"
     text, why = choose("vdev_queue", listed, "Linux", lambda: {})
     assert text == "" and "ZIO_FLAG_DONT_QUEUE unknown for this module" in why

@@ -77,6 +77,7 @@ def test_dtrace_records_every_metric_the_release_has(run):
     assert sorted(d.meta["probes"]) == ["throttle", "txg", "vdev_queue", "zil"], d.meta["probes"]
     # OpenZFS 2.2 removed the vdev cache: its script's functions are not in this module
     assert "vdev_cache_read" in d.meta["unavailable"]["vdev_cache"], d.meta["unavailable"]
+    assert "removed the vdev cache" in d.meta["unavailable"]["vdev_cache"]     # the script's Absent line
     kinds = {line.split()[2] for line in d.lines}
     assert {"txg", "zil", "zil_itx", "zil_lat", "txg_thr", "vq", "vq_lat", "vq_vdev"} <= kinds, kinds
     assert d.trailer and d.trailer.get("lost", 0) == misses(run), d.trailer

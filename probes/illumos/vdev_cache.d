@@ -16,6 +16,7 @@
  * Arguments: $$1 a pool name (empty: every pool), $2 the interval in seconds.
  * Probes: fbt::vdev_cache_read:entry fbt::vdev_cache_read:return fbt::zio_vdev_delegated_io:entry
  * Requires: fbt::vdev_cache_read:entry fbt::vdev_cache_read:return
+ * Absent: OpenZFS 2.2 and later removed the vdev cache (vdev_cache_read and its kstat are gone)
  * Members: zio.io_flags zio.io_size zio.io_vd vdev.vdev_spa vdev.vdev_guid vdev.vdev_path spa.spa_name
  * Globals: zfs_vdev_cache_size zfs_vdev_cache_max zfs_vdev_cache_bshift
  * FreeBSD: OpenZFS 2.0/2.1 (FreeBSD 13) has vdev_cache_read with the same flow; 2.2+ (FreeBSD 14)

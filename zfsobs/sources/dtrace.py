@@ -63,7 +63,9 @@ def choose(name: str, listed: set[str], system: str | None = None, constants=Non
         text = for_system(path.read_text(), system)
         missing = [p for p in required_probes(text) if not present(p, listed)]
         if missing:
-            whys.append(f"{path.parent.name}/{path.name} needs {', '.join(missing)}")
+            absent = re.search(r"^\s*\*\s*Absent:\s*(.+)$", text, re.M)     # what a missing one means
+            whys.append(f"{path.parent.name}/{path.name} needs {', '.join(missing)}"
+                        + (f": {absent.group(1).strip()}" if absent else ""))
             continue
         try:
             return for_system(text, system, constants), ""
