@@ -166,9 +166,9 @@ class Session:
         """The probes' last lines into the model and capture before anything closes: a process's
         final counts are printed as it exits, often after the session decided to stop. A second
         SIGINT/SIGTERM during the drain cuts it short; what was read is kept either way."""
-        self.cost.sample()      # a last reading while the tracers still run (they exit in finish)
         try:
-            # runs the kernel skipped are counts the probes never made: said as lost events
+            # a last reading while the tracers still run (they exit in finish); the runs the kernel
+            # skipped are counts the probes never made: said as lost events
             for name, count in self.cost.skipped().items():
                 if count > 0:
                     self.pipeline.feed_line(format_line("lost", time.monotonic_ns(),

@@ -10,6 +10,7 @@ link fds only: a program is then opened by its id to read its fdinfo."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
 import time
@@ -33,6 +34,11 @@ _BPF_NR = {"x86_64": 321, "aarch64": 280}.get(platform.machine())
 _PROG_GET_FD_BY_ID = 13
 
 
+@functools.lru_cache(maxsize=1)
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
 def _fdinfo(path: str) -> dict[str, str]:
     with open(path) as f:
         return dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
@@ -42,9 +48,8 @@ def _prog_info(prog_id: int) -> dict[str, str] | None:
     """A program's fdinfo, through an fd of our own (bpf(BPF_PROG_GET_FD_BY_ID): root)."""
     if _BPF_NR is None:
         return None
-    libc = ctypes.CDLL(None, use_errno=True)
     attr = (ctypes.c_uint32 * 3)(prog_id, 0, 0)         # prog_id, next_id, open_flags
-    fd = libc.syscall(_BPF_NR, _PROG_GET_FD_BY_ID, ctypes.byref(attr), ctypes.sizeof(attr))
+    fd = _libc().syscall(_BPF_NR, _PROG_GET_FD_BY_ID, ctypes.byref(attr), ctypes.sizeof(attr))
     if fd < 0:
         return None
     try:
@@ -121,13 +126,10 @@ class SelfCost:
         return out
 
     def skipped(self) -> dict[str, int]:
-        """Per probe, the runs of its programs the kernel skipped since they attached."""
+        """Per probe, the runs of its programs the kernel skipped since they attached; a reading,
+        kept for totals() once the tracers have exited."""
         now = self._read()
         return {name: now[name]["bpf_skipped"] - self._base[name]["bpf_skipped"] for name in self.probes}
-
-    def sample(self) -> None:
-        """A reading now, kept for totals() once the tracers have exited."""
-        self._read()
 
     def totals(self) -> dict:
         """For the capture trailer: seconds traced, CPU seconds, BPF run time and count per probe."""
