@@ -19,7 +19,7 @@ from zfsobs.sources.dtrace_libs import failing_library, trimmed
 from zfsobs.targets.d_render import D_DIRS, for_system, variants
 from zfsobs.targets.platforms import uses_dtrace
 from zfsobs.targets.probe_files import probes_dir
-from zfsobs.targets.render import Rendered, _header_list
+from zfsobs.targets.render import Rendered, _header_list, header
 from zfsobs.sources.bpftrace import DEFAULT_PROBES, REQUIRED_PROBES, BpftraceSource, check_tracing
 from zfsobs.targets.offsets import offsets_for
 from zfsobs.targets.target import Target
@@ -63,9 +63,9 @@ def choose(name: str, listed: set[str], system: str | None = None, constants=Non
         text = for_system(path.read_text(), system)
         missing = [p for p in required_probes(text) if not present(p, listed)]
         if missing:
-            absent = re.search(r"^\s*\*\s*Absent:\s*(.+)$", text, re.M)     # what a missing one means
+            absent = header(text, "Absent")      # what a missing one means
             whys.append(f"{path.parent.name}/{path.name} needs {', '.join(missing)}"
-                        + (f": {absent.group(1).strip()}" if absent else ""))
+                        + (f": {absent}" if absent else ""))
             continue
         try:
             return for_system(text, system, constants), ""

@@ -67,9 +67,14 @@ def required_offsets(text: str) -> list[str]:
     return _header_list(text, "Requires offsets")
 
 
-def _header_list(text: str, name: str) -> list[str]:
+def header(text: str, name: str) -> str:
+    """A probe script's header line `NAME: ...` (after its comment star), or ''."""
     match = re.search(rf"^\s*\*\s*{name}:\s*(.+)$", text, re.M)
-    return match.group(1).replace(",", " ").split() if match else []
+    return match.group(1).strip() if match else ""
+
+
+def _header_list(text: str, name: str) -> list[str]:
+    return header(text, name).replace(",", " ").split()
 
 
 def max_cpus(text: str) -> int | None:

@@ -92,8 +92,8 @@ class Replayer:
         exact_from: one there would lack what the screen's windows read."""
         self._begin(before=cut)
         self.exact_from = cut + horizon()
-        # the 1 s bins before `cut` are gone from the screen by `ts`: binning the day's digests was
-        # most of a far seek's time (16.7 s of a day's, then ?)
+        # the 1 s bins before `cut` are gone from the screen by `ts`: binning them from the day's
+        # digests was nine tenths of a far seek's time (docs/performance.md, "Go to a time")
         self.model.samples.measure_from = cut
         while self.next is not None and self.next.ts < cut:
             self.model.feed(self.next)
