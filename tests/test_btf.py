@@ -207,8 +207,8 @@ def test_the_zfs_modules_own_btf_gives_every_probe_offset(tmp_path, monkeypatch,
 
 
 def test_the_modules_btf_is_parsed_once_and_read_back_after(tmp_path, monkeypatch):
-    """_module_btf keeps what it found under a digest of both BTFs and the table (63 s a process
-    under emulation): a second process reads it, and a damaged or foreign file is parsed again. The
+    """_module_btf keeps what it found under a digest of both BTFs and the table (seconds a process,
+    a minute under emulation): a second process reads it, and a damaged or foreign file is parsed again. The
     host's vmlinux BTF stands for both here (it has no zfs module)."""
     from zfsobs.targets import offsets
     monkeypatch.setenv("ZFSOBS_LAYOUTS_CACHE", str(tmp_path))

@@ -50,8 +50,8 @@ class Btf:
     def _str(self, off: int) -> str:
         if off < self._str_base:
             return self.base._str(off)
-        raw = self.strings[off - self._str_base:]
-        return raw[:raw.index(b"\0")].decode()
+        start = off - self._str_base      # not a slice to the end: that copied megabytes per name
+        return self.strings[start:self.strings.index(b"\0", start)].decode()
 
     @staticmethod
     def _locate(buf: bytes) -> list[int]:
