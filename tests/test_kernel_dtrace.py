@@ -29,11 +29,12 @@ from zfsobs.sources import kstats  # noqa: E402
 
 pytestmark = pytest.mark.kernel
 POOL = "zfsobs_klab"
+NEEDS = {"run": "sid"}      # the guest each fixture waits for (tests/kernel_images.py)
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory) -> Path:
-    return fidelity_run("sid", tmp_path_factory).out
+def run(request) -> Path:
+    return fidelity_run("sid", request).out
 
 
 def delta(out: Path, name: str) -> dict[str, int]:

@@ -30,15 +30,18 @@ PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POOL = "zfsobs_klab"
 
 
+NEEDS = {"image": None, "out": SEED_IMAGE}      # the guest each fixture waits for (tests/kernel_images.py)
+
+
 @pytest.fixture(scope="module", params=list(IMAGES))
-def image(request, tmp_path_factory) -> Image:
-    return fidelity_run(request.param, tmp_path_factory)
+def image(request) -> Image:
+    return fidelity_run(request.param, request)
 
 
 @pytest.fixture(scope="module")
-def out(tmp_path_factory) -> Path:
+def out(request) -> Path:
     """The seed stories' runs: the newest image's."""
-    return fidelity_run(SEED_IMAGE, tmp_path_factory).out
+    return fidelity_run(SEED_IMAGE, request).out
 
 
 def kstat(path) -> dict[str, int]:

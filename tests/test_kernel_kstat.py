@@ -11,7 +11,8 @@ import re
 
 import pytest
 
-from conftest import guest_run, kernel_lab_ready, load_capture
+from conftest import kernel_lab_ready, load_capture
+from kernel_images import guest_out
 from zfsobs.sources import kstats
 from zfsobs.sources.kstat_queue import SAMPLE_S
 from zfsobs.model.vdev_queue import CLASSES
@@ -20,9 +21,12 @@ pytestmark = [pytest.mark.kernel, pytest.mark.skipif(bool(kernel_lab_ready()), r
 POOL = "zfsobs_klab"
 
 
+NEEDS = {"out": "kstat"}      # the guest each fixture waits for (tests/kernel_images.py)
+
+
 @pytest.fixture(scope="module")
-def out(tmp_path_factory):
-    return guest_run(tmp_path_factory, "ZFSOBS_KSTAT_DIR", "kernel-kstat", timeout=1200)
+def out(request):
+    return guest_out("kstat", request)
 
 
 def test_without_root_top_record_report_and_doctor_use_kstat_mode(out):

@@ -13,22 +13,20 @@ import json
 
 import pytest
 
-from conftest import guest_run, kernel_lab_ready
-from kernel_images import fidelity_run
+from kernel_images import fidelity_run, guest_out
 
 pytestmark = [pytest.mark.kernel]
 
 
+NEEDS = {"got": None}      # the guest each fixture waits for: its parameter (tests/kernel_images.py)
+
+
 @pytest.fixture(scope="module", params=["bookworm-btf", "trixie-backports"])
-def got(request, tmp_path_factory):
+def got(request):
     if request.param == "bookworm-btf":
-        why = kernel_lab_ready("btf")
-        if why:
-            pytest.skip(why)
-        out = guest_run(tmp_path_factory, "ZFSOBS_LAYOUTS_DIR", "kernel-layouts", timeout=1800,
-                        lab=("--btf", "--workload", "none"))
+        out = guest_out("bookworm-btf", request)         # scripts/kernel-layouts alone
     else:
-        out = fidelity_run(request.param, tmp_path_factory).out
+        out = fidelity_run(request.param, request).out
     return json.loads((out / "layouts.json").read_text())
 
 
