@@ -106,7 +106,7 @@ def _top(args) -> int:
     # ZFSOBS_TTY: the kernel lab's guest writes to the host's terminal through a serial port
     forced = os.environ.get("ZFSOBS_TTY") == "1"
     tty = sys.stdout.isatty() or forced
-    with Session(args) as session:
+    with Session(args, samples=True) as session:
         if tty:
             from zfsobs.views.live import run_live
             run_live(session, Console(force_terminal=True) if forced else Console())
@@ -198,7 +198,7 @@ def _exporter(args) -> int:
     from zfsobs.views import exporter
     exporter.parse_listen(args.listen)         # a bad address before anything starts
     args.force = False
-    with Session(args) as session:
+    with Session(args, counters=True) as session:
         kstat = session.source.meta.get("kstat")
         if kstat:
             print(f"zfsobs: kstat mode ({kstat['why']}): ZFS's own counters, fewer metrics (docs/prometheus.md)",

@@ -29,9 +29,12 @@ BATCH_S = 0.05     # the shortest loop: a step takes every line that arrived mea
 
 
 class Session:
-    def __init__(self, args, probes=DEFAULT_PROBES):
+    def __init__(self, args, probes=DEFAULT_PROBES, samples: bool = False, counters: bool = False):
         self.args = args
         self.probes = probes
+        # the model parts only some views read: the screen's 1 s samples (top), the run totals
+        # (exporter); each is a third of the model's time per event (docs/performance.md, "Live path")
+        self.parts = {"samples": samples, "counters": counters}
         self.stack = ExitStack()
         # what startup has made so far: cleanup and the trailer use what there is
         self.lab: Lab | None = None
@@ -76,7 +79,7 @@ class Session:
         if getattr(args, "record", None):      # after the checks of root and tracing
             check_output_dir(args.record)
         self.status = Status(self.source.meta)
-        self.model = Model()
+        self.model = Model(**self.parts)
         # Probes first, then the workload, so the lab's first txgs are seen.
         self.stack.callback(self.source.close)
         self.source.start()

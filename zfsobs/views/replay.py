@@ -58,7 +58,7 @@ class Replayer:
         """From the start: every line, or with `before` the digests of what ends before it."""
         self.parser = Parser()
         self.stream = self.capture.events(self.parser, digests=before is not None, before=before)
-        self.model = Model()
+        self.model = Model(counters=False)      # the run totals are the exporter's: no view here reads them
         self.next = next(self.stream, None)
         self._snapped = None
         self.before = before
