@@ -32,7 +32,7 @@ def lab23_ready() -> str:
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(bool(lab23_ready()), reason=lab23_ready() or "ok")]
 
 ZFSOBS = [sys.executable, "-m", "zfsobs"]
-LAB_TIME = 5        # ztest's run; its pool creation and zdb checks add ~25 s around it
+LAB_TIME = 5        # ztest's run; its pool creation and freeze test add a few seconds around it
 # ztest -o reaches the library through the lab's libzpool.so symlink (docs/lab.md): 2 shows in act_max
 TUNABLE = "zfs_vdev_async_write_max_active=2"
 # Ground truth, written without txg.bt: every spa_sync entry/return, and ZFS's own dirty count of
