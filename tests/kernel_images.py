@@ -13,7 +13,7 @@ import functools
 import os
 import queue
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,7 +135,11 @@ def guest_out(key: str, request) -> Path:
         lanes = min(rest.qsize(), max(1, int(os.environ.get("ZFSOBS_KLAB_PARALLEL") or 2)))
         # daemon threads: a session that ends early (a Ctrl-C) does not wait for their guests
         threading.Thread(target=_start, args=(alone, rest, lanes), name="guests", daemon=True).start()
-    return _started[key].result()
+    while True:      # in steps: a wait without a timeout takes no Ctrl-C
+        try:
+            return _started[key].result(timeout=1)
+        except FutureTimeout:
+            pass
 
 
 def _start(alone: list, rest: queue.Queue, lanes: int) -> None:
