@@ -102,12 +102,27 @@ def test_zil_commits_and_log_blocks_agree_with_bpftrace_and_the_kstat(run):
     assert truth["zil_commit_count"] > 100
 
 
+def delays_per_txg(out: Path, cap: str) -> dict[int, int]:
+    got: dict[int, int] = {}
+    for ev in parse_all(read_capture(str(out / f"{cap}.cap")).lines, Parser()):
+        if ev.kind == "txg_thr" and ev.get("pool") == POOL:
+            got[ev.get("txg")] = got.get(ev.get("txg"), 0) + (ev.get("delays") or 0)
+    return got
+
+
 def test_throttled_transactions_agree_with_the_dmu_tx_kstat(run):
+    """D keeps totals, so a skipped run costs at most the one delay it would have counted. bpftrace's
+    throttle.bt prints a txg's line from one program, at spa_sync: a skipped run of it loses that
+    txg's whole line (sid's quiet guest, 2026-11-27: txg 68's 20 delays). So its txgs without a
+    line, sized by D's lines, must each have a skipped run, and the rest of the shortfall too."""
     truth = delta(run, "dmu_tx")
     want = truth["dmu_tx_dirty_delay"] + truth["dmu_tx_wrlog_delay"]
-    for cap in ("dtrace", "dtrace-d"):
-        got, skip = summary(run, cap)["summary"]["txg"][POOL]["throttle"], misses(run, cap, "throttle")
-        assert 0 <= want - got["delay_count"] <= skip, (cap, got, want, skip)
+    got, skip = summary(run, "dtrace-d")["summary"]["txg"][POOL]["throttle"], misses(run, "dtrace-d", "throttle")
+    assert 0 <= want - got["delay_count"] <= skip, (got, want, skip)
+    got, skip = summary(run, "dtrace")["summary"]["txg"][POOL]["throttle"], misses(run, "dtrace", "throttle")
+    theirs, ours = delays_per_txg(run, "dtrace-d"), delays_per_txg(run, "dtrace")
+    lost = {t: n for t, n in theirs.items() if n and t not in ours and min(ours, default=t) < t < max(ours, default=t)}
+    assert len(lost) <= skip and 0 <= want - got["delay_count"] - sum(lost.values()) <= skip, (got, want, skip, lost)
     assert want > 10
 
 
