@@ -2,11 +2,10 @@
 (scripts/kernel-fidelity), shared by tests/test_kernel_fidelity.py and tests/test_kernel_layouts.py:
 one boot per image per session.
 
-The guests the session's tests need boot in the background as the first of them is asked for,
-ZFSOBS_KLAB_PARALLEL (2) at a time, the longest first: under TCG a guest keeps about one host core
-busy (bpftrace compiles on one thread), so two side by side took the kernel tier from 42 to ~27
-minutes. Each is what it was alone, a guest beside a busy core, which the suite passes under
-(docs/testing.md, runs beside `stress-ng --cpu 1`)."""
+The guests the session's tests need boot in the background as the first of them is asked for:
+the ones marked alone first, then the others ZFSOBS_KLAB_PARALLEL (2) at a time, the longest first.
+Two side by side are each slower (both use both cores at times), but together they took the kernel
+tier from 42 to 36 minutes (docs/testing.md)."""
 from __future__ import annotations
 
 import functools
@@ -78,8 +77,8 @@ def _fidelity(distro: str, minutes: float, alone: bool = False) -> Guest:
 
 
 GUESTS = {
-    # sid's alone: beside another guest its dtrace took 12.7 min instead of 6, and bpftrace's throttle
-    # count fell 4 short of what its skipped runs account for (docs/testing.md)
+    # sid's alone: beside another guest its dtrace took 12.7 min instead of 6, and the more load, the
+    # more skipped probe runs test_kernel_dtrace must account for (docs/testing.md)
     "sid": _fidelity("sid", 6, alone=True),
     "trixie-backports": _fidelity("trixie-backports", 17),
     "bookworm": _fidelity("bookworm", 5), "trixie": _fidelity("trixie", 5),
