@@ -54,11 +54,12 @@ def guest_run(tmp_path_factory, env_dir: str, script: str, args=(), timeout: flo
     for attempt in range(1, GUEST_ATTEMPTS + 1):
         res = subprocess.run(cmd, cwd=os.path.dirname(os.path.dirname(DATA)), capture_output=True, text=True,
                              timeout=timeout)
-        if res.returncode == 0 or attempt == GUEST_ATTEMPTS or not GUEST_OOPS.search(res.stderr):
+        oops = GUEST_OOPS.search(res.stderr)
+        if res.returncode == 0 or attempt == GUEST_ATTEMPTS or not oops:
             break
         # the guest's own kernel oopsed (sid's 7.2 under TCG, 3 boots of 7 on 2026-11-27, in
         # handle_mm_fault or __schedule as dtrace started): the emulator's, not zfsobs's; boot again
-        warnings.warn(f"{script}: the guest's kernel oopsed ({GUEST_OOPS.search(res.stderr)[0]}); booting it again")
+        warnings.warn(f"{script}: the guest's kernel oopsed ({oops[0]}); booting it again")
         for entry in out.iterdir():
             shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
     assert res.returncode == 0, res.stderr[-3000:]
