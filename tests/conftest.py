@@ -107,7 +107,7 @@ def lab_ready() -> str:
 
 
 # How zfsobs names a lab whose ztest failed (zfsobs/labs/userland.py: Lab.failure).
-ZTEST_FAILED = re.compile(r"ztest exited with status -?\d+.*")
+ZTEST_FAILED = re.compile(r"ztest (exited with status -?\d+|ran \d+ s past its).*")
 LAB_ATTEMPTS = 3
 
 

@@ -14,6 +14,8 @@ def test_ztest_lived_names_the_failure_and_passes_a_clean_end():
     ztest_lived("zfsobs: stopped: the lab's ztest run ended", "", None)
     with pytest.raises(ZtestFailed, match=r"^ztest exited with status 3: child died with signal 6; its log: "):
         ztest_lived("", ABORTED)
+    with pytest.raises(ZtestFailed, match=r"^ztest ran 131 s past its 25 s run, stopped"):
+        ztest_lived("zfsobs: stopped: ztest ran 131 s past its 25 s run, stopped (its pass's last operation ran on)")
 
 
 def test_a_plain_run_is_retried_with_an_empty_tmp_path_and_warned(tmp_path):

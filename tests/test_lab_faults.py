@@ -130,6 +130,41 @@ def test_a_ztest_that_fails_on_its_own_stops_the_recording_and_keeps_its_log(tmp
     assert_nothing_left(read_capture(str(cap)).meta, proc.pid)
 
 
+def test_a_ztest_pass_run_on_past_its_time_is_called_overdue_and_stopped(monkeypatch):
+    """A --lab-time run whose pass runs on (CI: a device removal's scrub held one 230 s past a 25 s
+    run, until the test's timeout) is ended by zfsobs, not by ztest's deadman 10 min later. Here
+    ztest's child is stopped by SIGSTOP and the grace cut to 0: the run is overdue at twice its time."""
+    from zfsobs.labs import userland
+    monkeypatch.setattr(userland, "OVERDUE_S", 0)
+    lab = userland.Lab(duration=3)
+    with lab:
+        deadline = time.time() + 60
+        while True:
+            kids = subprocess.run(["pgrep", "-P", str(lab.proc.pid), "-x", "ztest"],
+                                  capture_output=True, text=True).stdout.split()
+            if kids:
+                os.kill(int(kids[0]), signal.SIGSTOP)
+                break
+            assert lab.alive() and time.time() < deadline, "ztest started no pass"
+            time.sleep(0.05)
+        while not lab.overdue():
+            assert lab.alive(), lab.failure()
+            assert time.time() < deadline, "never overdue"
+            time.sleep(0.2)
+        why = lab.failure()
+        assert lab.alive()          # failure() says why; stopping is the caller's part
+    m = re.fullmatch(r"ztest ran \d+ s past its 3 s run, stopped \(its pass's last operation ran on: [^)]*\)"
+                     r"(: .*)?(; its log: (/\S+))?", why)    # a log ztest has not flushed yet is empty
+    assert m, why
+    if m[3]:
+        os.unlink(m[3])
+    assert lab.proc.poll() is not None
+    deadline = time.time() + 30     # the stopped child, SIGKILLed, is gone once init reaps it
+    while subprocess.run(["pgrep", "-g", str(lab.proc.pid)], capture_output=True).stdout:
+        assert time.time() < deadline, "ztest's child outlived the lab"
+        time.sleep(0.2)
+
+
 # The synced state of each txg, as ZFS records it for the txgs kstat, timed by this bpftrace.
 SYNCED = r"""
 uprobe:LIB:spa_txg_history_set /arg2 == 4/ { printf("S %d %s %llu %llu\n", pid, str(arg0), arg1, nsecs); }

@@ -142,7 +142,7 @@ class Session:
                 if deadline is not None and time.monotonic() >= deadline:
                     self.reason = "duration reached"
                     break
-                if self.lab is not None and not self.lab.alive():
+                if self.lab is not None and (not self.lab.alive() or self.lab.overdue()):
                     self.reason = self.lab.failure() or "the lab's ztest run ended"
                     break
                 if self.command is not None and self.command.poll() is not None:

@@ -38,6 +38,11 @@ VDEV_SIZE = "64M"
 PASS_SECONDS = 60
 # A failed ztest's log tail kept past the lab's removal (its failed check and zfs_dbgmsg dump).
 KEPT_LOG = 64 << 10
+# A run with --lab-time ends this long past it at the latest (or its own length, if longer). A pass
+# ends when its threads' last operations do, and one can run on for minutes: ztest_device_removal
+# waits for the removal and then a whole scrub (CI: 230 s past a 25 s run, the pool scrubbing),
+# and ztest's own deadman waits zfs_deadman_synctime_ms (10 min) past the pass.
+OVERDUE_S = 120
 CHECK_FAILED = re.compile(r"^ztest: |VERIFY|ASSERT|assert|panic|failed|aborting")
 # Workloads. ztest runs zil_commit at most ~10 times a second per process (ztest_zil_commit's
 # zopt_incessant interval in a call state all its threads share), and one ztest already uses both
@@ -151,11 +156,22 @@ class Lab:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def overdue(self) -> float:
+        """Seconds a --lab-time run has gone past its time plus its grace (0: not overdue)."""
+        if not self.duration or not self.alive():
+            return 0.0
+        late = time.monotonic() - self.started - self.duration
+        return late if late > max(OVERDUE_S, self.duration) else 0.0
+
     def failure(self) -> str:
         """Why ztest ended badly, or '' if it is running or ended well: its last log line, the
         check that failed (ztest is a randomized stress test: now and then one of OpenZFS's own
-        assertions ends a run, signal 6), and where the log's tail is kept (stop() removes the lab)."""
-        if self.proc is None or self.proc.poll() in (None, 0):
+        assertions ends a run, signal 6), and where the log's tail is kept (stop() removes the lab).
+        A run overdue is a failure too: the caller stops it."""
+        if self.proc is None:
+            return ""
+        late = self.overdue()
+        if self.proc.poll() in (None, 0) and not late:
             return ""
         try:
             with open(os.path.join(self.dir, "ztest.log"), "rb") as f:
@@ -165,7 +181,11 @@ class Lab:
             tail = b""
         lines = tail.decode(errors="replace").strip().splitlines()
         last = lines[-1] if lines else ""
-        why = f"ztest exited with status {self.proc.returncode}" + (f": {last[:200]}" if last else "")
+        if late:
+            why = (f"ztest ran {late:.0f} s past its {self.duration:g} s run, stopped (its pass's last "
+                   f"operation ran on: a device removal, say, waits for a whole scrub)") + (f": {last[:200]}" if last else "")
+        else:
+            why = f"ztest exited with status {self.proc.returncode}" + (f": {last[:200]}" if last else "")
         check = next((l for l in reversed(lines[:-1]) if CHECK_FAILED.search(l)), "")
         if check:
             why += f" ({check.strip()[:300]})"
