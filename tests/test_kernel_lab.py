@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -168,51 +169,74 @@ def test_guest_runs_a_command_on_the_pool():
     assert "to-stderr" in res.stderr
 
 
-@pytest.mark.kernel
-@pytest.mark.skipif(bool(kernel_lab_ready()), reason=kernel_lab_ready() or "ready")
-def test_top_in_the_guest_draws_on_the_host_terminal_and_ctrl_c_keeps_its_capture(tmp_path):
-    """The issue's acceptance: `zfsobs lab --kernel -- zfsobs top` on a terminal shows the live view
-    of the guest's kernel pool, with the mix workload moving every panel. Then SIGINT to `lab
-    --kernel` is passed to the command in the guest: top stops as on a host, its capture (-O, through
-    --share) complete and readable on the host. One boot and one attach for both (minutes under TCG)."""
+def top_in_the_guest(out: Path) -> None:
+    """`zfsobs lab --kernel -- zfsobs top -O OUT/k.cap` on an 80x24 pty until its screen shows the
+    guest's pool, then SIGINT to `lab --kernel`: what the terminal got, stderr and the exit status
+    into OUT. Run in a guest lane (tests/kernel_images.py), beside the other guests."""
     import fcntl
     import pty
     import select
     import struct
     import termios
-    cap = tmp_path / "k.cap"
+    cap = out / "k.cap"
     master, slave = pty.openpty()
     # a classic 80x24 terminal: the shortest the screen is made to fit with every panel on it
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
-    proc = subprocess.Popen([sys.executable, "-m", "zfsobs", "lab", "--kernel", "--share", str(tmp_path), "--",
-                             "python3", "-m", "zfsobs", "top", "-O", str(cap)], stdin=subprocess.DEVNULL,
-                            stdout=slave, stderr=subprocess.PIPE, text=True,
-                            env={k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")})
+    with open(out / "err.txt", "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "zfsobs", "lab", "--kernel", "--share", str(out), "--",
+                                 "python3", "-m", "zfsobs", "top", "-O", str(cap)], stdin=subprocess.DEVNULL,
+                                stdout=slave, stderr=err, text=True,
+                                env={k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")})
     os.close(slave)
     screen, sent, deadline = b"", None, time.monotonic() + 900
-    while True:
-        if sent is None and cap.exists() and cap.stat().st_size > 16384 and b"vdev queue zfsobs_klab" in screen:
-            time.sleep(5)                                       # a few more frames, then ctrl-c
-            proc.send_signal(signal.SIGINT)
-            sent = time.monotonic()
-        assert time.monotonic() < deadline, screen.decode(errors="replace")[-3000:]
-        if not select.select([master], [], [], 1)[0]:
-            continue
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:          # the pty closes when the lab exits
-            break
-        if not chunk:
-            break
-        screen += chunk
-    err = proc.stderr.read()
-    assert proc.wait(timeout=300) == 0, err[-2000:]
-    os.close(master)
-    assert sent is not None, err[-2000:]
-    text = screen.decode(errors="replace")
+    try:
+        while True:
+            if sent is None and cap.exists() and cap.stat().st_size > 16384 and b"vdev queue zfsobs_klab" in screen:
+                time.sleep(5)                                       # a few more frames, then ctrl-c
+                proc.send_signal(signal.SIGINT)
+                sent = time.monotonic()
+            assert time.monotonic() < deadline, screen.decode(errors="replace")[-3000:]
+            if not select.select([master], [], [], 1)[0]:
+                continue
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:          # the pty closes when the lab exits
+                break
+            if not chunk:
+                break
+            screen += chunk
+        status = proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+        (out / "screen.txt").write_bytes(screen)
+    (out / "status").write_text(f"{status} {'sent' if sent is not None else 'not-sent'}\n")
+
+
+NEEDS = {"top": "top"}      # the guest each fixture waits for (tests/kernel_images.py)
+
+
+@pytest.fixture
+def top(request):
+    from kernel_images import guest_out
+    return guest_out("top", request)
+
+
+@pytest.mark.kernel
+@pytest.mark.skipif(bool(kernel_lab_ready()), reason=kernel_lab_ready() or "ready")
+def test_top_in_the_guest_draws_on_the_host_terminal_and_ctrl_c_keeps_its_capture(top):
+    """The issue's acceptance: `zfsobs lab --kernel -- zfsobs top` on a terminal shows the live view
+    of the guest's kernel pool, with the mix workload moving every panel. Then SIGINT to `lab
+    --kernel` is passed to the command in the guest: top stops as on a host, its capture (-O, through
+    --share) complete and readable on the host. One boot and one attach for both (minutes under TCG)."""
+    err = (top / "err.txt").read_text()
+    assert (top / "status").read_text().split() == ["0", "sent"], err[-2000:]
+    text = (top / "screen.txt").read_bytes().decode(errors="replace")
     assert "\x1b[" in text                                      # drawn as a live terminal view
     assert "vdev queue zfsobs_klab" in text and "kernel · OpenZFS 2.1.11" in text, text[-3000:]
     assert "SIGINT passed to the command in the guest" in err, err[-2000:]
-    capture, _, zil = load_capture(cap, "zil")
+    capture, _, zil = load_capture(top / "k.cap", "zil")
     assert capture.meta["target"]["kind"] == "kernel" and capture.trailer and not capture.warnings, capture.warnings
     assert sum(ev.fields["commits"] for ev in zil) > 0          # the mix workload's fsyncs
