@@ -95,7 +95,12 @@ def test_async_write_active_maximum_follows_the_limit(max_active):
         assert {ev.get("max_active") for ev in inside} == {abs(limit)}, limit
 
 
-def test_report_compare_shows_the_limit_and_the_depth_move(max_active):
+def test_report_compare_shows_the_limit_and_the_depth_on_both_sides(max_active):
+    """The limit and the highest active count follow the setting exactly. The queue's depth and wait
+    are shown on both sides of each change, but their direction is ztest's, not ZFS's: which way
+    they go with the limit depends on how much a segment's txgs dirtied (one run: pending 220 -> 128
+    as the limit fell from 3 to 1, the segment before being ztest's busiest; two others 21 -> 48 and
+    4 -> 690), so no direction is asserted (docs/tuning.md: trust a ratio only over long segments)."""
     report = max_active["report"]
     assert len(report["segments"]) == 3 and len(report["changes"]) == 2
     pool = max_active["pool"]
@@ -106,9 +111,9 @@ def test_report_compare_shows_the_limit_and_the_depth_move(max_active):
         assert (limit["before"]["mean"], limit["after"]["mean"]) == (old, new)
         assert limit["ratio_mean"] == pytest.approx(new / old)
         assert (top["before"]["max"], top["after"]["max"]) == (old, new)
-    # fewer allowed at the devices, more waiting in the queue: pending rises when the limit drops
-    down = report["changes"][0]["metrics"][pool]["vq.async_write.pend_mean"]
-    assert down["after"]["mean"] > down["before"]["mean"]
+        for name in ("vq.async_write.pend_mean", "vq.async_write.wait_mean_ns"):
+            assert m[name]["before"]["n"] and m[name]["after"]["n"], (name, m[name])
+            assert m[name]["before"]["mean"] >= 0 and m[name]["after"]["mean"] >= 0
 
 
 def test_a_later_ztest_pass_keeps_the_setting(max_active):
