@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from zfsobs.events import Event
 
@@ -221,8 +222,7 @@ class ZilModel:
     def stats(self, pool: str, rows: list[ZilRow]) -> dict:
         """Totals and commit latency over `rows` (one pool)."""
         acc = ZilStats()
-        for r in rows:
-            acc.add(r)
+        acc.add_all(rows)
         return acc.result(pool)
 
 
@@ -235,10 +235,19 @@ class ZilStats:
         self.hist = [0] * LAT_BUCKETS
 
     def add(self, r: ZilRow) -> None:
-        self.n += 1
-        self.counts.update(r.counts)
-        self.hist = [a + b for a, b in zip(self.hist, r.lat_hist)]
-        self.lat_max = max(self.lat_max, r.lat_max_ns)
+        self.add_all((r,))
+
+    def add_all(self, rows) -> None:
+        """Each of `rows`, a figure at a time over all of them (a live frame's minute: ~400 rows)."""
+        rows = list(rows)
+        if not rows:
+            return
+        self.n += len(rows)
+        counts = [r.counts for r in rows]
+        for name in COUNTERS:         # all result() reads
+            self.counts[name] += sum(map(itemgetter(name), counts))
+        self.hist = [sum(col) for col in zip(self.hist, *(r.lat_hist for r in rows))]
+        self.lat_max = max(self.lat_max, max(r.lat_max_ns for r in rows))
 
     def result(self, pool: str) -> dict:
         counts, hist, lat_max = self.counts, self.hist, self.lat_max

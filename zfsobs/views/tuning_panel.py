@@ -8,7 +8,6 @@ import math
 
 from rich.console import Group
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
 from zfsobs.model import Model
@@ -16,7 +15,7 @@ from zfsobs.model.samples import order
 from zfsobs.model.segments import SETTLE_NS, between, compare, last_known, window_stats
 from zfsobs.model.vdev_queue import CLASSES
 from zfsobs.views import metrics
-from zfsobs.views.units import marked_sparkline, wallclock
+from zfsobs.views.units import NumericTable, marked_sparkline, wallclock
 
 SPARK = 24          # samples shown: up to half before the change, the rest the latest after it
 MAX_ROWS = 8
@@ -55,21 +54,20 @@ def render_tuning(model: Model, meta: dict, rows: int, now_ns: int | None):
                          *[part for c in group for part in ((c.name, "bold yellow"), f" {c.old} → {c.new}  ")],
                          (f"{(now - change.ts) / 1e9:.1f} s ago", "bold"),
                          (f"   before: {(change.ts - start) / 1e9:.0f} s up to it, after: since it", "dim"))
-    table = Table(expand=True, box=None, padding=(0, 1), header_style="bold")
-    for name in ("metric", "before mean", "before p99", "after mean", "after p99", "ratio"):
-        table.add_column(name, justify="left" if name == "metric" else "right", no_wrap=True)
-    table.add_column("before │ after", no_wrap=True)
     pools = {k[0] for k in keys}
+    rows, sparks = [], []
     for key in keys:
         pool, metric = key
         d = diff[key]
         b, a = d["before"], d["after"]
         label = metrics.label(metric) + (f" {pool}" if len(pools) > 1 else "")
         r = d["ratio_mean"]
-        table.add_row(label, metrics.value(metric, b["mean"]), metrics.value(metric, b["p99"]),
-                      metrics.value(metric, a["mean"]), metrics.value(metric, a["p99"]),
-                      Text(metrics.ratio(r), style="bold" if _effect(r) > math.log(1.2) else "dim"),
-                      _spark(tracks[key], start, change.ts, now + 1))
+        rows.append([label, metrics.value(metric, b["mean"]), metrics.value(metric, b["p99"]),
+                     metrics.value(metric, a["mean"]), metrics.value(metric, a["p99"]),
+                     Text(metrics.ratio(r), style="bold" if _effect(r) > math.log(1.2) else "dim")])
+        sparks.append(_spark(tracks[key], start, change.ts, now + 1))
+    table = NumericTable(("metric", "before mean", "before p99", "after mean", "after p99", "ratio"), rows,
+                         ("before │ after", sparks), drop=("before p99", "after p99"), left=("metric",))
     if not keys:
         table = Text("no metric has samples on both sides of the change yet", style="dim")
     return Panel(Group(head, table), title="tuning", title_align="left")

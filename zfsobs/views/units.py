@@ -64,18 +64,21 @@ class Tail:
 
 
 class NumericTable:
-    """A right-aligned table of plain strings, laid out here as lines of one Text: rich's Table
-    renders every cell on its own, most of a panel's render time. Each column is as wide as its
-    longest cell; spare width is spread over the columns (like an expanding rich Table). On a
-    terminal too narrow for every column, the columns in `drop` go first, in that order, instead
-    of every column being cut short. `last`: (header, [Text per row]) for a free-width column at
-    the end (the txg bars)."""
+    """A table laid out here as lines of one Text: rich's Table renders every cell on its own, most
+    of a panel's render time. Cells are strings, or Texts where a cell has a style of its own; they
+    are right-aligned but in the columns named in `left`. Each column is as wide as its longest
+    cell; spare width is spread over the columns (like an expanding rich Table). On a terminal too
+    narrow for every column, the columns in `drop` go first, in that order, instead of every column
+    being cut short. `last`: (header, [Text per row]) for a free-width column at the end (the txg
+    bars, the tuning sparklines)."""
 
-    def __init__(self, headers, rows: list[list[str]], last=None, drop=()):
+    def __init__(self, headers, rows: list[list], last=None, drop=(), left=()):
         self.headers, self.rows, self.last, self.drop = list(headers), rows, last, drop
+        self.left = {i for i, name in enumerate(self.headers) if name in left}
 
     def __rich_console__(self, console, options):
-        widths = [max([len(name)] + [len(r[i]) for r in self.rows]) for i, name in enumerate(self.headers)]
+        plain = [[c.plain if isinstance(c, Text) else c for c in r] for r in self.rows]
+        widths = [max([len(name)] + [len(r[i]) for r in plain]) for i, name in enumerate(self.headers)]
         keep = list(range(len(self.headers)))
         room = options.max_width - (12 if self.last else 0)
         for name in self.drop:
@@ -85,17 +88,29 @@ class NumericTable:
         spare = max(0, room - sum(widths[i] + 2 for i in keep)) if not self.last else 0
         pads = [spare // len(keep) + (n < spare % len(keep)) for n in range(len(keep))] if keep else []
 
-        def line(cells: list[str], tail=None, style: str = "") -> Text:
-            text = Text("".join(" " + " " * pad + cells[i].rjust(widths[i]) + " " for i, pad in zip(keep, pads)),
-                        style=style)
+        def line(cells: list, texts: list, tail=None, style: str = "") -> Text:
+            text = Text(style=style)
+            run = []            # plain cells are joined, a styled one appended as its Text
+            for i, pad in zip(keep, pads):
+                gap = " " * (pad + widths[i] - len(texts[i]))
+                cell = cells[i]
+                if isinstance(cell, str):
+                    run.append(" " + (cell + gap if i in self.left else gap + cell) + " ")
+                    continue
+                run.append(" " if i in self.left else " " + gap)
+                text.append("".join(run))
+                text.append_text(cell)
+                run = [gap + " " if i in self.left else " "]
+            text.append("".join(run))
             if tail is not None:
                 text.append(" ")
                 text.append_text(tail)
             return text
 
         out = Text(no_wrap=True, overflow="crop", end="")
-        out.append_text(line(self.headers, Text(self.last[0], style="bold") if self.last else None, "bold"))
-        for n, r in enumerate(self.rows):
+        out.append_text(line(self.headers, self.headers, Text(self.last[0], style="bold") if self.last else None,
+                             "bold"))
+        for n, (r, texts) in enumerate(zip(self.rows, plain)):
             out.append("\n")
-            out.append_text(line(r, self.last[1][n] if self.last else None))
+            out.append_text(line(r, texts, self.last[1][n] if self.last else None))
         yield out

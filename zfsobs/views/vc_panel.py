@@ -8,16 +8,17 @@ import os
 
 from rich.console import Group
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
 from zfsobs.model import Model
 from zfsobs.model.vdev_cache import derive
 from zfsobs.views.na import blank
 from zfsobs.views.na import unavailable as na_fields
-from zfsobs.views.units import size
+from zfsobs.views.units import NumericTable, size
 
 WINDOW_S = 1.0
+COLUMNS = ("pool / vdev", "reads/s", "hit%", "miss/s", "declined/s", "asked (cached)", "device (fills)", "inflation",
+           "net", "all reads: device/asked")
 STYLE = {"active": "bold green", "disabled": "yellow", "absent": "dim", "unknown": "dim"}
 
 
@@ -35,23 +36,17 @@ def render_vc(model: Model, meta: dict, rows: int, now_ns: int | None) -> Panel:
     end = now_ns if now_ns is not None else model.vc.last_ts
     t0 = end - int(WINDOW_S * 1e9)
     na = na_fields(model, "vdev_cache")        # kstat mode: hits and misses, no bytes asked
-    table = Table(expand=True, box=None, padding=(0, 1), header_style="bold")
-    for name, justify in (("pool / vdev", "left"), ("reads/s", "right"), ("hit%", "right"),
-                          ("miss/s", "right"), ("declined/s", "right"), ("asked (cached)", "right"),
-                          ("device (fills)", "right"), ("inflation", "right"), ("net", "right"),
-                          ("all reads: device/asked", "right")):
-        table.add_column(name, justify=justify, no_wrap=True)
-    shown = 0
+    lines = []
     for pool, w in sorted(model.vc.by_pool(t0, end).items()):
         if not w["reads"]:
             continue            # a pool gone or idle
-        table.add_row(*_cells(pool, blank(derive(w), na), bold=True))
+        lines.append(_cells(pool, blank(derive(w), na), bold=True))
         vdevs = [(v, v.window(t0, end)) for v in model.vc.vdevs.values() if v.pool == pool]
         vdevs = sorted(((v, w) for v, w in vdevs if w and w["reads"] > 0), key=lambda x: -x[1]["reads"])
-        for v, w in vdevs[:max(0, rows - 2 - shown)]:
-            table.add_row(*_cells("  " + os.path.basename(v.path), blank(derive(w), na)))
-            shown += 1
-        shown += 1
+        for v, w in vdevs[:max(0, rows - 1 - len(lines))]:     # the header and this pool's line
+            lines.append(_cells("  " + os.path.basename(v.path), blank(derive(w), na)))
+    table = NumericTable(COLUMNS, lines, drop=("all reads: device/asked", "asked (cached)", "declined/s",
+                                              "device (fills)", "miss/s"), left=(COLUMNS[0],))
     return Panel(Group(head, table), title=f"{title}, last {WINDOW_S:g} s", title_align="left")
 
 
