@@ -248,7 +248,9 @@ class VdevQueueModel:
         """Every series with events in [t0, t1] (or depth left over), sorted by pool, path, class."""
         rows = []
         for s in self.series.values():
-            if not s.lines or (s.final and s.last.ts < t0):
+            # ended before t0, or idle since: its window would be all zeros (most series of a
+            # long run are of ztest passes gone by; skipping them is most of a second's binning)
+            if not s.lines or (s.last.ts < t0 and (s.final or not (s.last.pend or s.last.act))):
                 continue
             w = s.window(t0, t1, cuts)
             if w is None or not (w["enq"] or w["done"] or w["pend_max"] or w["act_max"]):
