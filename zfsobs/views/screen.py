@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from rich.console import Console, ConsoleOptions
-from rich.panel import Panel
+from zfsobs.views.box import Box
 from rich.segment import Segment
 
 from zfsobs.model import Model
@@ -64,7 +64,7 @@ class Screen:
         tuning = render_tuning(m, self.status.meta, self.tune_rows, now)
         tuning = [tuning] if tuning is not None else []
         marks = [c.ts for c in m.tuning.changes]
-        return [Panel(render_header(m, self.status, now)), *(tuning if self.changed else []),
+        return [Box(render_header(m, self.status, now)), *(tuning if self.changed else []),
                 render_txg(m.txg, rows.txg, marks), render_zil(m, rows.zil, now),
                 render_vq(m, rows.vq, now), render_vc(m, self.status.meta, rows.vc, now),
                 *([] if self.changed else tuning)]

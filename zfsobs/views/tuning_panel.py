@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from rich.console import Group
-from rich.panel import Panel
+from zfsobs.views.box import Box
 from rich.text import Text
 
 from zfsobs.model import Model
@@ -29,7 +29,7 @@ def height(model: Model, rows: int = MAX_ROWS) -> int:
 
 
 def render_tuning(model: Model, meta: dict, rows: int, now_ns: int | None):
-    """A Panel, a one-line Text, or None (no tunables watched)."""
+    """A Box, a one-line Text, or None (no tunables watched)."""
     tuning = model.tuning
     change = tuning.latest
     if change is None:
@@ -70,7 +70,7 @@ def render_tuning(model: Model, meta: dict, rows: int, now_ns: int | None):
                          ("before │ after", sparks), drop=("before p99", "after p99"), left=("metric",))
     if not keys:
         table = Text("no metric has samples on both sides of the change yet", style="dim")
-    return Panel(Group(head, table), title="tuning", title_align="left")
+    return Box(Group(head, table), title="tuning", title_align="left")
 
 
 def _effect(r: float | None) -> float:

@@ -4,7 +4,7 @@ first txg after each tunable change is marked."""
 from __future__ import annotations
 
 from rich.console import Group
-from rich.panel import Panel
+from zfsobs.views.box import Box
 from rich.text import Text
 
 from zfsobs.model.txg import TxgModel
@@ -13,14 +13,14 @@ from zfsobs.views.units import Tail, marked_sparkline, mib, ms, NumericTable
 BAR_WIDTH = 24
 
 
-def render_txg(model: TxgModel, rows_per_pool: int, changes: list[int] = ()) -> Panel:
+def render_txg(model: TxgModel, rows_per_pool: int, changes: list[int] = ()) -> Box:
     """`rows_per_pool` 0: the summary lines only. `changes`: monotonic ns of tunable changes, marked on the sparkline."""
     if not model.pools:
-        return Panel(Text("waiting for the first txg sync…", style="dim"), title="txg sync")
+        return Box(Text("waiting for the first txg sync…", style="dim"), title="txg sync")
     parts = []
     for pool in sorted(model.pools):
         parts.extend(_pool(model, pool, rows_per_pool, changes))
-    return Panel(Group(*parts), title="txg sync", title_align="left")
+    return Box(Group(*parts), title="txg sync", title_align="left")
 
 
 def _pool(model: TxgModel, pool: str, nrows: int, changes) -> list:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from rich.console import Group
-from rich.panel import Panel
+from zfsobs.views.box import Box
 from rich.text import Text
 
 from zfsobs.model import Model
@@ -22,7 +22,7 @@ COLUMNS = ("pool / vdev", "reads/s", "hit%", "miss/s", "declined/s", "asked (cac
 STYLE = {"active": "bold green", "disabled": "yellow", "absent": "dim", "unknown": "dim"}
 
 
-def render_vc(model: Model, meta: dict, rows: int, now_ns: int | None) -> Panel:
+def render_vc(model: Model, meta: dict, rows: int, now_ns: int | None) -> Box:
     unavailable = meta.get("unavailable", {}).get("vdev_cache")
     state, why = model.vc.state(unavailable)
     head = Text.assemble((f"{state}: ", STYLE[state]), (why, "dim" if state != "active" else ""))
@@ -32,7 +32,7 @@ def render_vc(model: Model, meta: dict, rows: int, now_ns: int | None) -> Panel:
             head = Text("vdev_cache probe not running (see the status line)", style="dim")
         if rows <= 0:             # a short terminal: the state on one line
             head.no_wrap, head.overflow = True, "ellipsis"
-        return Panel(head, title=title, title_align="left")
+        return Box(head, title=title, title_align="left")
     end = now_ns if now_ns is not None else model.vc.last_ts
     t0 = end - int(WINDOW_S * 1e9)
     na = na_fields(model, "vdev_cache")        # kstat mode: hits and misses, no bytes asked
@@ -47,7 +47,7 @@ def render_vc(model: Model, meta: dict, rows: int, now_ns: int | None) -> Panel:
             lines.append(_cells("  " + os.path.basename(v.path), blank(derive(w), na)))
     table = NumericTable(COLUMNS, lines, drop=("all reads: device/asked", "asked (cached)", "declined/s",
                                               "device (fills)", "miss/s"), left=(COLUMNS[0],))
-    return Panel(Group(head, table), title=f"{title}, last {WINDOW_S:g} s", title_align="left")
+    return Box(Group(head, table), title=f"{title}, last {WINDOW_S:g} s", title_align="left")
 
 
 def _cells(name: str, d: dict, bold: bool = False) -> list:

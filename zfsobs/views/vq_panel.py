@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from rich.panel import Panel
+from zfsobs.views.box import Box
 from rich.text import Text
 
 from zfsobs.model import Model
@@ -25,13 +25,13 @@ def bar(value: float, limit: int | None, width: int = BAR) -> str:
     return ("█" * (eighths // 8) + (EIGHTHS[eighths % 8] if eighths % 8 else "")).ljust(width)
 
 
-def render_vq(model: Model, rows: int, now_ns: int | None) -> Panel:
+def render_vq(model: Model, rows: int, now_ns: int | None) -> Box:
     window = model.vq.window(WINDOW_S, now_ns)
     if not window:
         note = "no queued I/O in the last second" if model.vq.series else "no queued I/O seen yet"
         if "vdev_queue" not in model.probes:
             note = "vdev queue probe not running (see the status line)"
-        return Panel(Text(note, style="dim"), title="vdev queue", title_align="left")
+        return Box(Text(note, style="dim"), title="vdev queue", title_align="left")
     classes = sorted({s.cls for _, s, _ in window})
     limits = {}
     for _, s, _ in window:
@@ -54,7 +54,7 @@ def render_vq(model: Model, rows: int, now_ns: int | None) -> Panel:
     table = Grid(heads, lines, [2] + [3] * len(classes))
     hidden = len(keys) - rows
     title = f"vdev queue {'/'.join(sorted(pools))}, last {WINDOW_S:g} s: {len(keys)} vdevs" + (f" ({hidden} quieter not shown)" if hidden > 0 else "")
-    return Panel(table, title=title, title_align="left")
+    return Box(table, title=title, title_align="left")
 
 
 class Grid:

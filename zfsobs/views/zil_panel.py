@@ -4,7 +4,7 @@ joined with their sync time from the txg panel."""
 from __future__ import annotations
 
 from rich.console import Group
-from rich.panel import Panel
+from zfsobs.views.box import Box
 from rich.text import Text
 
 from zfsobs.model import Model
@@ -19,16 +19,16 @@ COLUMNS = ("txg", "sync ms", "commits", "lat p50 ms", "lat max ms", "itxs", "wri
            "N-Bytes", "B-Bytes", "<=4kB", "4-32kB", ">=32kB")
 
 
-def render_zil(model: Model, rows_per_pool: int, now_ns: int | None) -> Panel:
+def render_zil(model: Model, rows_per_pool: int, now_ns: int | None) -> Box:
     zil = model.zil
     if not zil.pools:
         note = "no ZIL activity yet (commits come from fsync, O_SYNC, sync=always)"
-        return Panel(Text(note, style="dim"), title="ZIL", title_align="left")
+        return Box(Text(note, style="dim"), title="ZIL", title_align="left")
     now = now_ns if now_ns is not None else model.last_ts or 0
     parts = []
     for pool in sorted(zil.pools):
         parts.extend(_pool(model, pool, rows_per_pool, now))
-    return Panel(Group(*parts), title="ZIL (per txg open when it happened)", title_align="left")
+    return Box(Group(*parts), title="ZIL (per txg open when it happened)", title_align="left")
 
 
 def _pool(model: Model, pool: str, nrows: int, now: int) -> list:

@@ -1,0 +1,42 @@
+"""The border around each panel of the screen: rich's Panel as the screen uses it (rounded, full
+width, one space of padding left and right, a title in the top edge), drawn around the content's
+lines directly. Panel renders its content through a Padding, which lays every line out a second
+time: a fifth of a frame on a busy lab."""
+from __future__ import annotations
+
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+
+BORDER = Style()
+
+
+class Box:
+    def __init__(self, renderable, title: str = "", title_align: str = "center"):
+        self.renderable, self.title, self.title_align = renderable, title, title_align
+
+    def __rich_console__(self, console, options):
+        width = options.max_width
+        inner = options.update(width=max(1, width - 4), height=None)
+        lines = console.render_lines(self.renderable, inner, pad=True)
+        yield Segment(self._top(width), BORDER)
+        yield Segment.line()
+        left, right = Segment("│ ", BORDER), Segment(" │", BORDER)
+        for line in lines:
+            yield left
+            yield from line
+            yield right
+            yield Segment.line()
+        yield Segment("╰" + "─" * (width - 2) + "╯", BORDER)
+        yield Segment.line()
+
+    def _top(self, width: int) -> str:
+        room = width - 2
+        title = Text(f" {self.title} ").plain if self.title else ""
+        if len(title) > room - 2:
+            title = title[:max(0, room - 3)] + "… " if room > 4 else ""
+        if not title:
+            return "╭" + "─" * room + "╮"
+        spare = room - len(title)
+        before = 1 if self.title_align == "left" else spare // 2
+        return "╭" + "─" * before + title + "─" * (spare - before) + "╮"
