@@ -181,11 +181,9 @@ class Lab:
             tail = b""
         lines = tail.decode(errors="replace").strip().splitlines()
         last = lines[-1] if lines else ""
-        if late:
-            why = (f"ztest ran {late:.0f} s past its {self.duration:g} s run, stopped (its pass's last "
-                   f"operation ran on: a device removal, say, waits for a whole scrub)") + (f": {last[:200]}" if last else "")
-        else:
-            why = f"ztest exited with status {self.proc.returncode}" + (f": {last[:200]}" if last else "")
+        why = (f"ztest ran {late:.0f} s past its {self.duration:g} s run, stopped (its pass's last operation "
+               f"ran on: a device removal, say, waits for a whole scrub)" if late
+               else f"ztest exited with status {self.proc.returncode}") + (f": {last[:200]}" if last else "")
         check = next((l for l in reversed(lines[:-1]) if CHECK_FAILED.search(l)), "")
         if check:
             why += f" ({check.strip()[:300]})"

@@ -247,7 +247,7 @@ class ZilStats:
         for name in COUNTERS:         # all result() reads
             self.counts[name] += sum(map(itemgetter(name), counts))
         self.hist = [sum(col) for col in zip(self.hist, *(r.lat_hist for r in rows))]
-        self.lat_max = max(self.lat_max, max(r.lat_max_ns for r in rows))
+        self.lat_max = max(self.lat_max, *(r.lat_max_ns for r in rows))
 
     def result(self, pool: str) -> dict:
         counts, hist, lat_max = self.counts, self.hist, self.lat_max

@@ -1,12 +1,11 @@
 """The border around each panel of the screen: rich's Panel as the screen uses it (rounded, full
 width, one space of padding left and right, a title in the top edge), drawn around the content's
 lines directly. Panel renders its content through a Padding, which lays every line out a second
-time: a fifth of a frame on a busy lab."""
+time: about a quarter of a busy lab's frame (scripts/bench-frame). Titles are plain text."""
 from __future__ import annotations
 
 from rich.segment import Segment
 from rich.style import Style
-from rich.text import Text
 
 BORDER = Style()
 
@@ -32,7 +31,7 @@ class Box:
 
     def _top(self, width: int) -> str:
         room = width - 2
-        title = Text(f" {self.title} ").plain if self.title else ""
+        title = f" {self.title} " if self.title else ""
         if len(title) > room - 2:
             title = title[:max(0, room - 3)] + "… " if room > 4 else ""
         if not title:

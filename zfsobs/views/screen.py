@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from rich.console import Console, ConsoleOptions
-from zfsobs.views.box import Box
 from rich.segment import Segment
 
 from zfsobs.model import Model
+from zfsobs.views.box import Box
 from zfsobs.views.header import render_header
 from zfsobs.views.status import Status
 from zfsobs.views.tuning_panel import height as tuning_height

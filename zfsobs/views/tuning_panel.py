@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 
 from rich.console import Group
-from zfsobs.views.box import Box
 from rich.text import Text
 
 from zfsobs.model import Model
@@ -15,6 +14,7 @@ from zfsobs.model.samples import order
 from zfsobs.model.segments import SETTLE_NS, between, compare, last_known, window_stats
 from zfsobs.model.vdev_queue import CLASSES
 from zfsobs.views import metrics
+from zfsobs.views.box import Box
 from zfsobs.views.units import NumericTable, marked_sparkline, wallclock
 
 SPARK = 24          # samples shown: up to half before the change, the rest the latest after it

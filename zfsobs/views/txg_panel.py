@@ -4,10 +4,10 @@ first txg after each tunable change is marked."""
 from __future__ import annotations
 
 from rich.console import Group
-from zfsobs.views.box import Box
 from rich.text import Text
 
 from zfsobs.model.txg import TxgModel
+from zfsobs.views.box import Box
 from zfsobs.views.units import Tail, marked_sparkline, mib, ms, NumericTable
 
 BAR_WIDTH = 24

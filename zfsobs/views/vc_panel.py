@@ -7,11 +7,11 @@ from __future__ import annotations
 import os
 
 from rich.console import Group
-from zfsobs.views.box import Box
 from rich.text import Text
 
 from zfsobs.model import Model
 from zfsobs.model.vdev_cache import derive
+from zfsobs.views.box import Box
 from zfsobs.views.na import blank
 from zfsobs.views.na import unavailable as na_fields
 from zfsobs.views.units import NumericTable, size

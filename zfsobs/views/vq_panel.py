@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import os
 
-from zfsobs.views.box import Box
 from rich.text import Text
 
 from zfsobs.model import Model
 from zfsobs.model.vdev_queue import SHORT
+from zfsobs.views.box import Box
 
 WINDOW_S = 1.0
 BAR = 6

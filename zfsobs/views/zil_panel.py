@@ -4,11 +4,11 @@ joined with their sync time from the txg panel."""
 from __future__ import annotations
 
 from rich.console import Group
-from zfsobs.views.box import Box
 from rich.text import Text
 
 from zfsobs.model import Model
 from zfsobs.model.zil import lat_bounds, lat_quantile
+from zfsobs.views.box import Box
 from zfsobs.views.na import blank, unavailable
 from zfsobs.views.units import ms, NumericTable, size, sparkline
 
