@@ -154,7 +154,7 @@ class TxgModel:
 
 
 class TxgStats:
-    """TxgModel.stats over rows added one at a time: a live window, or every txg of a capture as
+    """TxgModel.stats over rows added in batches: a live window, or every txg of a capture as
     the model retires it (views/ledger.py). Percentiles are exact, so each row leaves its figures
     in compact arrays (8 bytes a number: 1 MiB a week at one txg per 5 s) and nothing else."""
 
@@ -166,9 +166,6 @@ class TxgStats:
         self.delay_max = self.dirty_max = None
         self.hist: list[int] | None = None
         self.dirty_pct = array("d")
-
-    def add(self, r: TxgRow) -> None:
-        self.add_all((r,))
 
     def add_all(self, rows) -> None:
         """Each of `rows`, a figure at a time over all of them: a live frame's minute is ~500 txgs

@@ -227,15 +227,12 @@ class ZilModel:
 
 
 class ZilStats:
-    """ZilModel.stats over rows added one at a time (a window, or a capture's rows as they retire)."""
+    """ZilModel.stats over rows added in batches (a window, or a capture's rows as they retire)."""
 
     def __init__(self):
         self.n, self.lat_max = 0, 0
         self.counts: Counter = Counter()
         self.hist = [0] * LAT_BUCKETS
-
-    def add(self, r: ZilRow) -> None:
-        self.add_all((r,))
 
     def add_all(self, rows) -> None:
         """Each of `rows`, a figure at a time over all of them (a live frame's minute: ~400 rows)."""

@@ -12,12 +12,15 @@ from typing import IO, Iterator
 from zfsobs.model.txg import TxgRow, TxgStats
 from zfsobs.model.zil import ZilRow, ZilStats
 
+BATCH = 1024         # rows added to their statistics at once (summed a figure at a time, add_all)
+
 
 class Ledger:
     def __init__(self, rows: bool = True):
         self.keeps_rows = rows
         self.txg_stats: dict[str, TxgStats] = {}
         self.zil_stats: dict[str, ZilStats] = {}
+        self._pending: dict[tuple[str, str], list] = {}      # (section, pool) -> rows not yet added
         self._files: dict[tuple[str, str], IO[str]] = {}
 
     def txg(self, row: TxgRow) -> None:
@@ -30,7 +33,11 @@ class Ledger:
         acc = stats.get(row.pool)
         if acc is None:
             acc = stats[row.pool] = make()
-        acc.add(row)
+        pending = self._pending.setdefault((section, row.pool), [])
+        pending.append(row)
+        if len(pending) >= BATCH:
+            acc.add_all(pending)
+            pending.clear()
         if self.keeps_rows:
             self._spill(section, row.pool, row.as_dict())
 
@@ -42,6 +49,9 @@ class Ledger:
         for state in model.zil.pools.values():
             for row in state.order:
                 self.zil(row)
+        for (section, pool), pending in self._pending.items():
+            (self.txg_stats if section == "txgs" else self.zil_stats)[pool].add_all(pending)
+        self._pending.clear()
 
     def _spill(self, section: str, pool: str, row: dict) -> None:
         f = self._files.get((section, pool))
