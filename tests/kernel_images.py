@@ -16,6 +16,7 @@ import threading
 from concurrent.futures import Future, TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -144,7 +145,7 @@ def guest_out(key: str, request) -> Path:
             pass
 
 
-def _job(g: Guest, factory) -> functools.partial:
+def _job(g: Guest, factory) -> Callable[[], Path]:
     """Guest G's run, its directory made now (in pytest's thread): scripts/SCRIPT in the guest, or
     G's own driver; a finished run's directory in $ENV is checked again instead of either."""
     if not g.job:
@@ -158,7 +159,7 @@ def _job(g: Guest, factory) -> functools.partial:
     def run() -> Path:
         getattr(importlib.import_module(module), name)(out)
         return out
-    return functools.partial(run)
+    return run
 
 
 def _start(alone: list, rest: queue.Queue, lanes: int) -> None:
