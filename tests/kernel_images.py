@@ -24,13 +24,14 @@ from conftest import guest_run, kernel_lab_ready
 
 CACHE_SIZE = 16 << 20
 # the seed stories' runs (scripts/kernel-fidelity also has awq1/awq10: awqset's two halves show the same)
-SEEDS = ("slog", "noslog", "awqset", "txgt5", "txgt1", "dirtyset")
+SEEDS = ("slog", "noslog", "awqset", "txgt", "dirtyset")
 # per image: the runs of its guest, and its module options (the vdev cache is 2.1's only). Within CI's
-# budget: the tail run (the probes' END delivering open txgs) on the default image, the compiled
+# budget: the tail run (the probes' END delivering open txgs) and kstat mode's run
+# (tests/test_kernel_kstat.py: a boot less than a guest of its own) on the default image, the compiled
 # layouts against module BTF on the newest (and bookworm's --btf image; 2.3.9's measured by hand,
 # docs/fidelity.md), OpenZFS's zilstat side by side on 2.3.9
 IMAGES = {
-    "bookworm": (("fidelity", "tail"), ("-o", f"zfs_vdev_cache_size={CACHE_SIZE}")),
+    "bookworm": (("fidelity", "tail", "kstat"), ("-o", f"zfs_vdev_cache_size={CACHE_SIZE}")),
     "trixie": (("fidelity", "zilstat"), ()),
     "trixie-backports": (("layouts", "fidelity") + SEEDS, ()),
 }
@@ -53,8 +54,8 @@ class Image:
     @property
     def recorded(self) -> tuple[str, ...]:
         """The runs recorded with `zfsobs record` (zilstat is a side-by-side of two zilstats, layouts
-        a compile)."""
-        return tuple(r for r in self.runs if r not in ("zilstat", "layouts"))
+        a compile, kstat scripts/kernel-kstat's own run in out/kstat)."""
+        return tuple(r for r in self.runs if r not in ("zilstat", "layouts", "kstat"))
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class Guest:
     args: tuple
     lab: tuple
     timeout: float
-    minutes: float          # alone on a quiet machine (CI of 2026-11-27): the longest start first
+    minutes: float          # in a lane beside another (CI of 2026-11-27): the longest start first
     ready: tuple = ("stock", "bookworm")     # kernel_lab_ready's flavour and distro
     alone: bool = False     # runs before the others, with none beside it
     job: str = ""           # "module:function(out)" that drives the guest itself, instead of SCRIPT
@@ -82,14 +83,15 @@ def _fidelity(distro: str, minutes: float, alone: bool = False) -> Guest:
 GUESTS = {
     # sid's alone: beside another guest its dtrace took 12.7 min instead of 6, and the more load, the
     # more skipped probe runs test_kernel_dtrace must account for (docs/testing.md)
-    "sid": _fidelity("sid", 6, alone=True),
-    "trixie-backports": _fidelity("trixie-backports", 17),
-    "bookworm": _fidelity("bookworm", 5), "trixie": _fidelity("trixie", 5),
-    "kstat": Guest("ZFSOBS_KSTAT_DIR", "kernel-kstat", (), ("--workload", "none"), 1200, 3.5),
+    "sid": _fidelity("sid", 8.5, alone=True),
+    # the lanes come out even (~26 min each) when each guest's minutes are what it takes beside
+    # another: a boot under TCG is 2-4 min of it (the kstat guest's 7.5 min held 3 of its own work)
+    "trixie-backports": _fidelity("trixie-backports", 22.5),
+    "bookworm": _fidelity("bookworm", 12.5), "trixie": _fidelity("trixie", 9),
     "bookworm-btf": Guest("ZFSOBS_LAYOUTS_DIR", "kernel-layouts", (), ("--btf", "--workload", "none"), 1800,
-                          3, ("btf", "bookworm")),
-    # `zfsobs lab --kernel -- zfsobs top` on a pty, in a lane like the rest (it ran last, alone: 3 min)
-    "top": Guest("ZFSOBS_TOP_DIR", "kernel-top", (), (), 1200, 3, job="test_kernel_lab:top_in_the_guest"),
+                          4, ("btf", "bookworm")),
+    # `zfsobs lab --kernel -- zfsobs top` on a pty, in a lane like the rest
+    "top": Guest("ZFSOBS_TOP_DIR", "kernel-top", (), (), 1200, 4.5, job="test_kernel_lab:top_in_the_guest"),
 }
 _started: dict[str, Future] = {}
 _lock = threading.Lock()
