@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import statistics
 from pathlib import Path
 
 import pytest
@@ -44,8 +45,12 @@ def test_without_root_top_record_report_and_doctor_use_kstat_mode(out):
     zil = report["summary"]["zil"][POOL]
     assert zil["commits"] > 100 and zil["lat_p50_ns"] is None and zil["itxs"] is None and zil["size"] is None
     assert all(r["enq"] is None and r["wait_p99_ns"] is None for r in report["vdev_queue"])
-    # the guest's module is loaded with a vdev cache (tests/kernel_images.py): the kstat says so
+    # the guest's module is loaded with a vdev cache (tests/kernel_images.py): the kstat says so, and
+    # its hits and misses are the probe's over the burst both recordings hold (first run: 12 and 1)
     assert report["summary"]["vdev_cache"]["state"] == "active", report["summary"]["vdev_cache"]
+    vc = report["summary"]["vdev_cache"]["pools"][POOL]
+    traced = load_capture(out / "trace.cap", "vc")[1].vc.by_pool()[POOL]
+    assert (vc["hits"], vc["misses"]) == (traced["hits"], traced["misses"]) and vc["hits"] + vc["misses"] > 0, (vc, traced)
     # the dmu_tx kstat counts throttled transactions (0 here: 10 % of memory is room for the burst),
     # not their time: that is unavailable, not 0
     throttle = report["summary"]["txg"][POOL]["throttle"]
@@ -81,13 +86,13 @@ def test_every_txg_synced_while_recording_equals_the_txgs_kstat(out):
         assert (t["open_ns"], t["quiesce_ns"]) == (f["open_ns"], f["quiesce_ns"])   # wait, stime: the kernel's .part.0 clone
         # spa_sync() alone is inside the kstat's sync state (which adds the txg history's own I/O stats,
         # and under the lab's emulation the sync thread waiting for a CPU between the two): ours starts
-        # after it and ends before it, 50 us of clock reading allowed (the raw clock converted). Beside
-        # a CPU hog one txg's spa_sync began 11 ms after its sync state (CI, 2026-11-24), so only most
-        # are held to 1 ms at either end
+        # after it and ends before it, 50 us of clock reading allowed (the raw clock converted). The
+        # gaps are the emulated CPU's time: 0.5-0.9 ms at most txgs, up to 23 ms at a few (the sync
+        # thread waiting for a vCPU; beside a CPU hog 11 ms), so the median txg is held to 2 ms
         start_gap, end_gap = t["start"] - f["start"], (f["start"] + f["sync_ns"]) - (t["start"] + t["sync_ns"])
         assert start_gap >= -50_000 and end_gap >= -50_000, (f["txg"], start_gap, end_gap)
-        close.append(start_gap <= 1_000_000 and end_gap <= 1_000_000)
-    assert sum(close) >= 0.5 * len(close), close
+        close.append((start_gap, end_gap))
+    assert all(statistics.median(gaps) <= 2_000_000 for gaps in zip(*close)), close
 
 
 def test_zil_counts_equal_tracing_and_the_zil_kstat(out):
