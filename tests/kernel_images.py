@@ -95,6 +95,9 @@ GUESTS = {
     # screen never showed a queue in 15 min; alone, before and since, 3.8 min and passed
     "top": Guest("ZFSOBS_TOP_DIR", "kernel-top", (), (), 1200, 4, job="test_kernel_lab:top_in_the_guest",
                  alone=True),
+    # a command's output and exit status: a boot and a shell command (119 s in the test, before 2026-11-28)
+    "command": Guest("ZFSOBS_COMMAND_DIR", "kernel-command", (), (), 1800, 2.5,
+                     job="test_kernel_lab:command_in_the_guest"),
 }
 _started: dict[str, Future] = {}
 _lock = threading.Lock()

@@ -1,6 +1,7 @@
-"""The kernel lab's fast parts (no guest is built or booted here): arguments, layouts, sizes, the KVM
-probe, the image cache key. The one test that boots a guest is marked `kernel` and runs only with
-ZFSOBS_KERNEL_LAB=1 (minutes under TCG; docs/kernel-lab.md)."""
+"""The kernel lab: its fast parts (no guest is built or booted for them): arguments, layouts, sizes,
+the KVM probe, the image cache key. And two guests, marked `kernel` (minutes under TCG;
+docs/kernel-lab.md), each run in the guest lanes of tests/kernel_images.py: a command's output and
+exit status, and the live view on a host terminal."""
 import os
 import signal
 import subprocess
@@ -152,21 +153,40 @@ def test_share_must_be_a_directory(tmp_path):
     one_line_error(run("lab", "--kernel", "-o", "zfs_txg_timeout", "--", "true"), "NAME=VALUE")
 
 
-@pytest.mark.kernel
-@pytest.mark.skipif(bool(kernel_lab_ready()), reason=kernel_lab_ready() or "ready")
-def test_guest_runs_a_command_on_the_pool():
-    """The default image is a stock DKMS build: the module has no BTF, its source and zfs_config.h
-    are where DKMS leaves them (what zfsobs/targets/layouts.py compiles from)."""
+NEEDS = {"top": "top", "command": "command"}      # the guest each fixture waits for (tests/kernel_images.py)
+
+
+def command_in_the_guest(out: Path) -> None:
+    """`zfsobs lab --kernel --workload none -- sh -c ...` on the default image: its stdout, stderr and
+    exit status into OUT. Run in a guest lane (tests/kernel_images.py), beside the other guests."""
     cmd = [sys.executable, "-m", "zfsobs", "lab", "--kernel", "--workload", "none", "--", "sh", "-c",
            "zpool list -H -o name; ls /sys/kernel/btf/zfs 2>/dev/null || echo no-module-btf; "
            "ls /var/lib/dkms/zfs/*/$(uname -r)/*/zfs_config.h /usr/src/zfs-*/module/Kbuild.in; "
            "echo to-stderr >&2; exit 7"]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    assert res.returncode == 7, res.stderr
-    out = res.stdout.split()
+    (out / "stdout").write_text(res.stdout)
+    (out / "stderr").write_text(res.stderr)
+    (out / "status").write_text(f"{res.returncode}\n")
+
+
+@pytest.fixture
+def command(request):
+    from kernel_images import guest_out
+    return guest_out("command", request)
+
+
+@pytest.mark.kernel
+@pytest.mark.skipif(bool(kernel_lab_ready()), reason=kernel_lab_ready() or "ready")
+def test_guest_runs_a_command_on_the_pool(command):
+    """The default image is a stock DKMS build: the module has no BTF, its source and zfs_config.h
+    are where DKMS leaves them (what zfsobs/targets/layouts.py compiles from). The command's stdout,
+    stderr and exit status come back apart."""
+    err = (command / "stderr").read_text()
+    assert (command / "status").read_text().strip() == "7", err[-2000:]
+    out = (command / "stdout").read_text().split()
     assert out[:2] == ["zfsobs_klab", "no-module-btf"] and len(out) == 4, out
     assert out[2] == "/usr/src/zfs-2.1.11/module/Kbuild.in" and out[3].endswith("/x86_64/zfs_config.h"), out
-    assert "to-stderr" in res.stderr
+    assert "to-stderr" in err
 
 
 def top_in_the_guest(out: Path) -> None:
@@ -213,9 +233,6 @@ def top_in_the_guest(out: Path) -> None:
         os.close(master)
         (out / "screen.txt").write_bytes(screen)
     (out / "status").write_text(f"{status} {'sent' if sent is not None else 'not-sent'}\n")
-
-
-NEEDS = {"top": "top"}      # the guest each fixture waits for (tests/kernel_images.py)
 
 
 @pytest.fixture
