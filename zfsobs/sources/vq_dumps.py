@@ -7,9 +7,10 @@ bpftrace has already added up the CPUs; the sums are what happened in the set's 
 writes the cumulative lines the rest of zfsobs reads. Its other lines pass through unchanged."""
 from __future__ import annotations
 
+import re
 import threading
 
-from zfsobs.events import format_line
+from zfsobs.events import MAGIC, SCHEMA_VERSION, format_line
 
 SLOTS = ("enq", "enq_bytes", "issued", "merged", "aggs", "done", "done_bytes", "wait_ns", "dev_ns",
          "untracked", "untracked_act", "unseen")
@@ -27,6 +28,19 @@ LINES = {"vq": ("pool", "pid", "vd", "class", "final", "pend", "act", "pend_ns",
 
 # limit readings kept waiting for their lines' time per process: a few dumps' worth (~1 s)
 LIMITS_WAITING = 16
+# A dump's count and maximum entries, read at its end in one pass (a busy lab prints ~3k a second:
+# one call per entry was most of what the live view spent on the vdev queue). A dump with any
+# entry not of this form is read an entry at a time instead.
+_COUNTS = re.compile(r"^@vq_([nx])\d+\[(-?\d+, -?\d+, -?\d+), (-?\d+)\]: (-?\d+)$", re.M)
+_LAT = (f"{MAGIC} {SCHEMA_VERSION} vq_lat %d pid=%d vd=%s class=%d kind=%d "
+        + " ".join(f"b{b}=%d" for b in range(BUCKETS)))
+
+
+def _vdev_class(head) -> tuple[int, int, int, int]:
+    """A printed key's (pid, vd, gen<<4|class) as (pid, vd, gen, class). bpftrace prints a key as a
+    signed number: a kernel address (>= 2^63) comes out negative."""
+    pid, vd, gc = (int(k) & MASK for k in head)
+    return pid, vd, gc >> 4, gc & 15
 
 
 class VqDumps:
@@ -59,13 +73,13 @@ class VqDumps:
         """Lines for the stream: none while a dump is read, its lines at its end."""
         if line.startswith("@"):           # a printed map: only a dump's are read
             if self.dump is not None:
-                self._entry(line)
+                self.dump["raw"].append(line)
             return []
         parts = line.split()
         kind = parts[2] if len(parts) > 3 and parts[0] == "zfsobs" else ""
         if kind == "vq_dump":
             fields = dict(p.split("=", 1) for p in parts[4:])
-            self.dump = {"end": int(fields["end"]), "n": {}, "x": {}, "lim": {}, "lt": {}}
+            self.dump = {"end": int(fields["end"]), "n": {}, "x": {}, "lim": {}, "lt": {}, "raw": []}
             # probe runs so long (a stalled CPU) that their counts may have missed their dump
             late = int(fields.get("late", 0))
             if late > self.late:
@@ -75,6 +89,7 @@ class VqDumps:
             dump, self.dump = self.dump, None
             if not dump:
                 return []
+            self._read(dump)
             with self.lock:
                 return self._lines(dump)
         elif kind == "vq_id":
@@ -87,21 +102,36 @@ class VqDumps:
             return [line]
         return []
 
-    def _entry(self, line: str) -> None:
+    def _read(self, dump: dict) -> None:
+        """The dump's entries into its maps: the counts and maxima in one pass, the rest (limits,
+        a few per process) an entry at a time."""
+        raw = dump.pop("raw")
+        rest = [line for line in raw if not line.startswith(("@vq_n", "@vq_x"))]
+        counts = _COUNTS.findall("\n".join(raw))
+        if len(counts) + len(rest) != len(raw):
+            rest = raw
+        else:
+            maps, heads = {"n": dump["n"], "x": dump["x"]}, {}
+            for kind, head, slot, value in counts:
+                key = heads.get(head)
+                if key is None:
+                    key = heads[head] = _vdev_class(head.split(", "))
+                maps[kind].setdefault(key, {})[int(slot) & MASK] = int(value)
+        for line in rest:
+            self._entry(line, dump)
+
+    def _entry(self, line: str, dump: dict) -> None:
         name, _, rest = line.partition("[")
         keys, _, value = rest.partition("]: ")
-        # bpftrace prints a key as a signed number: a kernel address (>= 2^63) comes out negative
         key = tuple(int(k) & MASK for k in keys.split(", "))
-        if name[:5] == "@vq_n" and name[5:].isdigit():
-            self.dump["n"][key] = int(value)
-        elif name[:5] == "@vq_x" and name[5:].isdigit():
-            self.dump["x"][key] = int(value)
+        if name[:5] in ("@vq_n", "@vq_x") and name[5:].isdigit() and len(key) == 4:
+            dump[name[4]].setdefault(_vdev_class(key[:3]), {})[key[3]] = int(value)
         elif name == "@vq_lma":
-            self.dump["lim"].setdefault(key, [-1, -1])[0] = int(value)
+            dump["lim"].setdefault(key, [-1, -1])[0] = int(value)
         elif name == "@vq_lmi":
-            self.dump["lim"].setdefault(key, [-1, -1])[1] = int(value)
+            dump["lim"].setdefault(key, [-1, -1])[1] = int(value)
         elif name == "@vq_lt":
-            self.dump["lt"][key[0]] = int(value)
+            dump["lt"][key[0]] = int(value)
 
     def _limits(self, dump: dict, end: int) -> None:
         """The limits as of `end`. bpftrace reads the map when it prints it, after `end` (by 450 ms
@@ -122,15 +152,15 @@ class VqDumps:
     def _lines(self, dump: dict, every: bool = False) -> list[str]:
         end = self.end = dump["end"] or self.end
         self._limits(dump, end)
-        for (pid, vd, gc, slot), value in dump["n"].items():
-            key = (pid, vd, gc >> 4, gc & 15)
+        for key, slots in dump["n"].items():
             sums = self.sums.setdefault(key, {})
-            sums[slot] = sums.get(slot, 0) + value
+            for slot, value in slots.items():
+                sums[slot] = sums.get(slot, 0) + value
             self.dirty.add(key)
-        for (pid, vd, gc, k), value in dump["x"].items():
-            key = (pid, vd, gc >> 4, gc & 15)
+        for key, maxima in dump["x"].items():
             top = self.tops.setdefault(key, [None, None])
-            top[k] = value if top[k] is None else max(top[k], value)
+            for k, value in maxima.items():
+                top[k] = value if top[k] is None else max(top[k], value)
             self.dirty.add(key)
         gens: dict[tuple, set] = {}             # (pid, vd) -> the incarnations with counts
         for pid, vd, gen, _ in self.sums:
@@ -219,8 +249,6 @@ class VqDumps:
         fields.update((name, get(i, 0)) for i, name in enumerate(SLOTS))
         fields["max_active"], fields["min_active"] = limits
         lines = [format_line("vq", end, fields)]
-        for kind, base in ((0, WAIT_HIST), (1, DEV_HIST)):
-            hist = {"pid": pid, "vd": hex(vd), "class": cls, "kind": kind}
-            hist.update((f"b{b}", get(base + b, 0)) for b in range(BUCKETS))
-            lines.append(format_line("vq_lat", end, hist))
+        for kind, base in ((0, WAIT_HIST), (1, DEV_HIST)):     # format_line's text, from a template
+            lines.append(_LAT % (end, pid, hex(vd), cls, kind, *[get(base + b, 0) for b in range(BUCKETS)]))
         return lines
