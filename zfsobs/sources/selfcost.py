@@ -18,6 +18,7 @@ import time
 TICK = os.sysconf("SC_CLK_TCK")
 STATS_SWITCH = "/proc/sys/kernel/bpf_stats_enabled"
 EVERY_S = 2.0
+RESCAN_S = 30.0
 
 
 def cpu_seconds(pid: int | str) -> float | None:
@@ -60,23 +61,29 @@ def _prog_info(prog_id: int) -> dict[str, str] | None:
         os.close(fd)
 
 
-def bpf_runs(pid: int) -> dict[int, tuple[int, int, int]]:
+def bpf_runs(pid: int, fds: set[str] | None = None) -> dict[int, tuple[int, int, int]]:
     """prog_id -> (run_time_ns, run_cnt, recursion_misses) of each BPF program process `pid` holds,
-    through a program fd or a link fd."""
+    through a program fd or a link fd. With `fds`, only those are read, and it is left holding the
+    ones that were programs or links; an empty set is filled from all of the process's fds."""
     out = {}
     try:
-        fds = os.listdir(f"/proc/{pid}/fdinfo")
+        names = sorted(fds) if fds else os.listdir(f"/proc/{pid}/fdinfo")
     except OSError:
         return out
-    for fd in fds:
+    found = set()
+    for fd in names:
         try:
             info = _fdinfo(f"/proc/{pid}/fdinfo/{fd}")
             prog = int(info["prog_id"])
+            found.add(fd)
             if "run_cnt" not in info and prog not in out:     # a link: the program by its id
                 info = _prog_info(prog) or {}
             out[prog] = (int(info["run_time_ns"]), int(info["run_cnt"]), int(info.get("recursion_misses", 0)))
         except (OSError, KeyError, ValueError):
             continue           # not a program (maps, perf events, pipes), or closed meanwhile
+    if fds is not None:
+        fds.clear()
+        fds.update(found)
     return out
 
 
@@ -110,8 +117,14 @@ class SelfCost:
             seen = self._seen.setdefault(name, {"cpu_s": 0.0, "progs": {}})
             if cpu is not None:
                 seen["cpu_s"] = cpu
-                # per program: a tracer that is detaching has closed some of them already
-                seen["progs"].update(bpf_runs(pid))
+                # per program: a tracer that is detaching has closed some of them already. Only the
+                # fds that held programs are read again (a quarter of a bpftrace's fds; the rest are
+                # maps and pipes), and all of them every RESCAN_S, in case it opened more
+                fds = seen.setdefault("fds", set())
+                if time.monotonic() - seen.get("scanned", 0.0) >= RESCAN_S:
+                    fds.clear()
+                    seen["scanned"] = time.monotonic()
+                seen["progs"].update(bpf_runs(pid, fds))
             progs = seen["progs"].values()
             out[name] = {"cpu_s": seen["cpu_s"], "bpf_run_ns": sum(p[0] for p in progs),
                          "bpf_runs": sum(p[1] for p in progs), "bpf_skipped": sum(p[2] for p in progs)}
