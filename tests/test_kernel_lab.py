@@ -202,9 +202,10 @@ def top_in_the_guest(out: Path) -> None:
     master, slave = pty.openpty()
     # a classic 80x24 terminal: the shortest the screen is made to fit with every panel on it
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    # --console: the guest's console in err.txt too (a workload that stalls in the guest shows why there)
     with open(out / "err.txt", "w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "zfsobs", "lab", "--kernel", "--share", str(out), "--",
-                                 "python3", "-m", "zfsobs", "top", "-O", str(cap)], stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen([sys.executable, "-m", "zfsobs", "lab", "--kernel", "--console", "--share", str(out),
+                                 "--", "python3", "-m", "zfsobs", "top", "-O", str(cap)], stdin=subprocess.DEVNULL,
                                 stdout=slave, stderr=err, text=True,
                                 env={k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")})
     os.close(slave)
