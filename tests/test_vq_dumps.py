@@ -18,14 +18,18 @@ from zfsobs.events import Parser, format_line
 FREE = "zfsobs 1 vq_free "
 
 
-def totals(lines):
-    """Completions per (pid, vd, class), summed over incarnations; final lines made while the dumps
-    were fed (an incarnation ended by its free or by a newer one at its address) and at the flush."""
+def made(lines) -> tuple[list[str], int]:
+    """The lines VqDumps makes of the probe's, and how many of them came before the flush."""
     dumps, out = vq_dumps.VqDumps(), []
     for line in lines:
         out += dumps.feed(line)
-    fed = len(out)
-    out += dumps.flush()
+    return out + dumps.flush(), len(out)
+
+
+def totals(lines):
+    """Completions per (pid, vd, class), summed over incarnations; final lines made while the dumps
+    were fed (an incarnation ended by its free or by a newer one at its address) and at the flush."""
+    out, fed = made(lines)
     done, prev, finals, parser = defaultdict(int), {}, [0, 0], Parser()
     for i, line in enumerate(out):      # in the order made (parse_all would sort by time)
         ev = parser.parse(line)
@@ -101,14 +105,9 @@ def test_a_changed_limit_reaches_the_lines_of_its_time():
 def test_a_dump_read_in_one_pass_gives_the_lines_of_one_read_an_entry_at_a_time(raw, monkeypatch):
     """The counts and maxima of a dump are read with one regex at its end; a dump with any entry
     not of that form is read an entry at a time. Both give the same lines, on the recorded output."""
-    def lines():
-        dumps, out = vq_dumps.VqDumps(), []
-        for line in raw:
-            out += dumps.feed(line)
-        return out + dumps.flush()
-    fast = lines()
+    fast, _ = made(raw)
     monkeypatch.setattr(vq_dumps, "_COUNTS", re.compile(r"(?!)"))      # matches nothing: every dump falls back
-    slow = lines()
+    slow, _ = made(raw)
     assert len(fast) > 1000 and sum(line.startswith("zfsobs 1 vq_lat ") for line in fast) > 500
     assert fast == slow
     # the vq_lat lines, made from a template, are format_line's text of their own fields

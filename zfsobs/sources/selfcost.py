@@ -67,7 +67,7 @@ def bpf_runs(pid: int, fds: set[str] | None = None) -> dict[int, tuple[int, int,
     ones that were programs or links; an empty set is filled from all of the process's fds."""
     out = {}
     try:
-        names = sorted(fds) if fds else os.listdir(f"/proc/{pid}/fdinfo")
+        names = list(fds) if fds else os.listdir(f"/proc/{pid}/fdinfo")     # a copy: fds is refilled below
     except OSError:
         return out
     found = set()
