@@ -21,6 +21,7 @@ from vq_ledger import ledger_errors
 from test_vq_dumps import FREE, totals
 from zfsobs.sources import vq_dumps
 from zfsobs.capture import read_capture
+from zfsobs.labs.userland import LAB_OPTIONS
 from zfsobs.events import Parser, parse_all
 from zfsobs.targets.render import render
 from zfsobs.targets.target import libzpool
@@ -73,7 +74,7 @@ def record(tmp, limit, watch):
     assert proc.returncode == 0, err
     capture = read_capture(str(cap))
     pool = capture.meta["lab"]["pool"]
-    assert capture.meta["lab"]["options"] == [tunable], f"lab ran without {tunable}: {capture.meta['lab']}"
+    assert capture.meta["lab"]["options"] == LAB_OPTIONS + [tunable], f"lab ran without {tunable}: {capture.meta['lab']}"
     events = [ev for ev in parse_all(capture.lines, Parser())
               if ev.kind != "vq_lat" and (ev.get("pool") == pool or str(ev.get("pool")).startswith(pool + "_"))]
     return pool, events, files

@@ -15,7 +15,7 @@ from conftest import lab_ready, lab_run, truth_running, ztest_lived
 from zfsobs.targets import render as probes
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser
-from zfsobs.labs.userland import BUILDS
+from zfsobs.labs.userland import BUILDS, LAB_OPTIONS
 from zfsobs.sources.bpftrace import DEFAULT_PROBES
 
 ZFS23 = BUILDS["2.3"]
@@ -98,7 +98,8 @@ def test_runs_the_23_build_and_says_so(run):
     assert meta["target"]["path"].startswith(os.path.realpath(ZFS23.libdir) + "/")
     lab = meta["lab"]
     assert (lab["zfs"], lab["zfs_version"], lab["ztest"]) == ("2.3", "2.3.2", ZFS23.ztest)
-    assert meta["tunables"] == {"zfs_vdev_async_write_max_active": 2}
+    lab_own = {name: int(value) for name, _, value in (o.partition("=") for o in LAB_OPTIONS)}
+    assert meta["tunables"] == {**lab_own, "zfs_vdev_async_write_max_active": 2}
     assert run["trailer"]["reason"] == "the lab's ztest run ended", run["stderr"]
     assert run["parser"].malformed == 0
 

@@ -54,6 +54,12 @@ PRESETS: dict[str, tuple[list[str], list[str]]] = {
     "zil": (["-d", "1"], ["zil_maxblocksize=16384"]),
 }
 
+# Every lab's, unless its --option sets the same tunable. ztest syncs many times a second, so the
+# timeout never ends a txg while it runs; at its pool unloads (each pass's end, its export/import test)
+# an idle pool's next txg opens only at the timeout, and each top-level vdev's autotrim thread
+# waits for one in turn: at ZFS's 5 s a --lab-time run ended up to 2 min late (docs/lab.md).
+LAB_OPTIONS = ["zfs_txg_timeout=1"]
+
 
 def _workroot() -> str:
     """tmpfs when it has room (file vdevs on a disk make ztest I/O-bound), else /var/tmp."""
@@ -96,7 +102,8 @@ class Lab:
         self.preset = preset
         self.args, preset_options = PRESETS[preset]
         given = {o.partition("=")[0] for o in options or []}
-        self.options = [o for o in preset_options if o.partition("=")[0] not in given] + list(options or [])
+        self.options = [o for o in LAB_OPTIONS + preset_options
+                        if o.partition("=")[0] not in given] + list(options or [])
         for opt in self.options:
             name, sep, value = opt.partition("=")
             if not sep or not name or not value.isdigit():
