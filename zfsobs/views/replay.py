@@ -21,6 +21,7 @@ from zfsobs.errors import ZfsobsError
 from zfsobs.events import Parser
 from zfsobs.model import Model
 from zfsobs.views import goto
+from zfsobs.views.far_seek import Prefix
 from zfsobs.views.keys import Keys
 from zfsobs.views.screen import Fit, render_screen
 from zfsobs.views.status import Status
@@ -95,11 +96,18 @@ class Replayer:
         # the 1 s bins before `cut` are gone from the screen by `ts`: binning them from the day's
         # digests was nine tenths of a far seek's time (docs/performance.md, "Go to a time")
         self.model.samples.measure_from = cut
+        prefix = Prefix()        # of the way there, what the screen at `ts` still reads
         while self.next is not None and self.next.ts < cut:
-            self.model.feed(self.next)
+            prefix.add(self.next)
             self.next = next(self.stream, None)
-        # every digest ended before `cut`, so all were read: the events they stood for count as fed
-        self.model.events += self.stream.stood_for
+        for ev in prefix.kept():
+            self.model.feed(ev)
+        if prefix.first_ts is not None:
+            self.model.first_ts = prefix.first_ts
+        self.model.txg.throttled |= prefix.throttle_seen
+        # every digest ended before `cut`, so all were read: the events they stood for count as fed,
+        # as do the ones the prefix skipped
+        self.model.events += self.stream.stood_for + prefix.skipped()
         self.fed = cut
 
     def _kept_before(self, ts: int) -> int | None:

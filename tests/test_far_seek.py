@@ -1,0 +1,57 @@
+"""What a far seek feeds of the way to its cut (zfsobs/views/far_seek.py), event by event. The screen
+equality on the real lab capture is tests/test_replay.py's; this pins the rules it rests on where
+that 37 s capture has no case: a pool idle long before the cut, a vdev freed and its address used
+again, and the order events are fed in."""
+from __future__ import annotations
+
+from zfsobs.events import Event
+from zfsobs.views import far_seek
+
+SEC = 10**9
+
+
+def ev(kind_: str, t: float, **fields) -> Event:
+    return Event(kind_, int(t * SEC), fields)
+
+
+def test_a_pool_keeps_its_last_rows_however_long_ago_and_counters_their_last_line(monkeypatch):
+    monkeypatch.setattr("zfsobs.model.txg.WINDOW_NS", 10 * SEC)
+    monkeypatch.setattr("zfsobs.views.zil_panel.WINDOW_NS", 5 * SEC)
+    prefix = far_seek.Prefix()
+    events = [ev("hello", 0, probe="txg")]
+    events += [ev("txg", t, pool="idle", txg=t) for t in range(0, 101)]           # stops at 100 s
+    events += [ev("txg", t, pool="busy", txg=t) for t in range(0, 301)]
+    events += [ev("zil", t + 0.5, pool="busy", txg=t, cpu=0) for t in range(0, 301)]
+    events += [ev("txg_thr", 3, pool="busy", txg=3)]
+    events += [ev("tunable", 150, name="zfs_txg_timeout", old=5, new=1)]
+    # one vdev address: lines, its free (final), then a new vdev_t there
+    events += [ev("vq", t, pid=7, vd="0xa", **{"class": c}) for t in range(1, 51) for c in (0, 3)]
+    events += [ev("vq_lat", t, pid=7, vd="0xa", kind=0, **{"class": 3}) for t in range(1, 51)]
+    events += [ev("vq_vdev", 60, pid=7, vd="0xa", final=1)]
+    events += [ev("vq_vdev", 70, pid=7, vd="0xa", final=0), ev("vq", 70, pid=7, vd="0xa", **{"class": 0}),
+               ev("vq", 80, pid=7, vd="0xa", **{"class": 0})]
+    events += [ev("vc", t, pid=7, vd="0xb", final=0) for t in range(1, 40)]
+    events.sort(key=lambda e: e.ts)
+    for e in events:
+        prefix.add(e)
+    kept = list(prefix.kept())
+    assert [e.ts for e in kept] == sorted(e.ts for e in kept)          # fed in the order they came
+    rows = lambda kind, pool: [e.ts // SEC for e in kept if e.kind == kind and e.fields["pool"] == pool]
+    # each pool's last 2 x the longer panel window (20 s) before its own newest row (busy: 300.5 s)
+    assert rows("txg", "idle") == list(range(80, 101))
+    assert rows("txg", "busy") == list(range(281, 301)) and rows("zil", "busy") == list(range(280, 301))
+    assert rows("txg_thr", "busy") == [] and prefix.throttle_seen     # left behind, but said
+    assert [e.kind for e in kept if e.kind in ("hello", "tunable")] == ["hello", "tunable"]
+    # the vdev's latest incarnation only: its first line after the free and each series' last
+    vq = [(e.kind, e.ts // SEC, e.fields.get("class")) for e in kept if e.kind.startswith("vq")]
+    assert vq == [("vq_vdev", 70, None), ("vq", 80, 0)]
+    assert [e.ts // SEC for e in kept if e.kind == "vc"] == [39]
+    assert prefix.first_ts == 0 and prefix.skipped() == len(events) - len(kept)
+
+
+def test_a_final_line_with_nothing_after_it_is_kept():
+    """A vdev freed before the cut: its final line tells the model the incarnation ended."""
+    prefix = far_seek.Prefix()
+    for e in (ev("vc", 1, pid=1, vd="0x1", final=0), ev("vc", 2, pid=1, vd="0x1", final=1)):
+        prefix.add(e)
+    assert [(e.ts, e.fields["final"]) for e in prefix.kept()] == [(2 * SEC, 1)]
