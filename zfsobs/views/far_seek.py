@@ -5,7 +5,7 @@ The target lies the model's whole history (horizon(): 10 min) past the cut, so n
 cut is on the screen there itself; what is, is what the model carries across it:
 - each counter series' last line (vq, vq_lat, vq_vdev, vc: cumulative, so the first line after the
   cut is told from it), of the vdev's latest incarnation: from its last final line on;
-- each pool's txg and ZIL rows of the last ROWS_NS before its newest one (the panels' windows
+- each pool's txg and ZIL rows of the last rows_ns() (2 min) before its newest one (the panels' windows
   count back from a pool's newest row, however old: an exported pool shows its last minute);
 - everything else (hellos, tunables, lost counts, pools): few, and fed whole.
 The rest is skipped, counted as fed (the header's event count). Feeding the digests' picked lines
