@@ -55,3 +55,25 @@ def test_a_final_line_with_nothing_after_it_is_kept():
     for e in (ev("vc", 1, pid=1, vd="0x1", final=0), ev("vc", 2, pid=1, vd="0x1", final=1)):
         prefix.add(e)
     assert [(e.ts, e.fields["final"]) for e in prefix.kept()] == [(2 * SEC, 1)]
+
+
+def test_a_peeked_digest_line_names_its_series_as_the_parser_does():
+    """The far seek reads the digests' lines only this far (zfsobs/capture/reader.py, Peeked): on every
+    counter line of the real lab capture, the time and the fields Prefix keys on are the parser's."""
+    from conftest import recorded_capture
+    from zfsobs.capture import read_capture
+    from zfsobs.capture.digest import digestible
+    from zfsobs.capture.reader import _peek
+    from zfsobs.events import Parser
+    parser, seen = Parser(), 0
+    for line in read_capture(recorded_capture()).lines:
+        full = parser.parse(line)
+        if full is None or not digestible(full):
+            continue
+        peeked = _peek(line)
+        assert (peeked.kind, peeked.ts) == (full.kind, full.ts), line
+        for name in ("pid", "vd", "class", "kind", "final"):
+            assert peeked.fields.get(name) == full.fields.get(name), (name, line)
+        assert parser.parse(peeked.raw) == full
+        seen += 1
+    assert seen > 1000

@@ -102,6 +102,10 @@ class Ordered:
     def chunk(self, k: int) -> list[str]:
         raise NotImplementedError
 
+    def events_of(self, k: int):
+        """Chunk k's events, unordered."""
+        return filter(None, map(self.parser.parse, self.chunk(k)))
+
     def done(self) -> None:
         """Called once the last chunk is read."""
 
@@ -114,7 +118,7 @@ class Ordered:
                 self.done()
                 raise StopIteration
             pending = self.pending
-            pending.extend(filter(None, map(self.parser.parse, self.chunk(self.k))))
+            pending.extend(self.events_of(self.k))
             pending.sort(key=_EV_TS)          # stable: earlier lines first among equal ts
             cut = bisect_left(pending, self.later[self.k + 1], key=_EV_TS)
             self.ready.extend(pending[:cut])

@@ -3,6 +3,7 @@ a week of recording holds what its model holds, not the file. Damage yields warn
 prefix; never an exception other than ZfsobsError (missing, foreign or too-new files)."""
 from __future__ import annotations
 
+import re
 import zlib
 from array import array
 from bisect import bisect_left, bisect_right
@@ -12,7 +13,7 @@ from zfsobs.capture import digest
 from zfsobs.capture.format import (FILE_MAGIC, FORMAT_NAME, FORMAT_VERSION, HEADER_TYPES, LINE_KINDS, LINES_HEAD,
                                    MAX_RECORD, NO_TS, RECORD_MAGIC, _FILE_HEAD, _REC_HEAD, as_json, inflate)
 from zfsobs.errors import ZfsobsError
-from zfsobs.events import Ordered, Parser
+from zfsobs.events import Event, Ordered, Parser
 
 CHUNK = 1 << 20
 
@@ -121,7 +122,13 @@ class EventStream(Ordered):
         self.cap = cap
         self.chunks, later = cap._plan(digests, before)
         self.stood_for = 0          # the lines the digests read so far stand for, not given as events
+        self.peek = False           # digests' lines as Peeked events (replay's far seek: zfsobs/views/far_seek.py)
         super().__init__(later, parser)
+
+    def events_of(self, k: int):
+        if self.peek and self.chunks[k][1] < 0:
+            return list(map(_peek, self.chunk(k)))
+        return super().events_of(k)
 
     def chunk(self, k: int) -> list[str]:
         i = self.chunks[k][1]
@@ -135,6 +142,23 @@ class EventStream(Ordered):
 
     def done(self) -> None:
         self.cap._note_damage()
+
+
+@dataclass(frozen=True, slots=True)
+class Peeked(Event):
+    """A digest's line read no further than its time and the fields that name its series: the line
+    was parsed when it was digested (digestible() takes only events), so it parses again; a far seek
+    parses only the ones it keeps (most of its time was parsing the day's picked lines)."""
+    raw: str = ""
+
+
+_SERIES = re.compile(r" (pid|vd|class|kind|final)=(\S+)")
+
+
+def _peek(line: str) -> Peeked:
+    parts = line.split(None, 4)
+    fields = {k: v if k == "vd" else (None if v == "-1" else int(v)) for k, v in _SERIES.findall(line)}
+    return Peeked(parts[2], int(parts[3]), fields, line)
 
 
 def _inside(ranges: list[tuple[int, int]], seq: int) -> bool:

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.live import Live
 
 from zfsobs.capture import Capture
+from zfsobs.capture.reader import Peeked
 from zfsobs.errors import ZfsobsError
 from zfsobs.events import Parser
 from zfsobs.model import Model
@@ -97,11 +98,15 @@ class Replayer:
         # digests was nine tenths of a far seek's time (docs/performance.md, "Go to a time")
         self.model.samples.measure_from = cut
         prefix = Prefix()        # of the way there, what the screen at `ts` still reads
+        self.stream.peek = True  # every digest ends before `cut`: their lines all come in this loop
         while self.next is not None and self.next.ts < cut:
             prefix.add(self.next)
             self.next = next(self.stream, None)
+        self.stream.peek = False
         for ev in prefix.kept():
-            self.model.feed(ev)
+            ev = self.parser.parse(ev.raw) if type(ev) is Peeked else ev
+            if ev is not None:
+                self.model.feed(ev)
         if prefix.first_ts is not None:
             self.model.first_ts = prefix.first_ts
         self.model.txg.throttled |= prefix.throttle_seen
