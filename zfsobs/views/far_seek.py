@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections import deque
 from typing import Iterator
 
+from zfsobs.capture.digest import DIGESTED
 from zfsobs.events import Event
 
-COUNTERS = frozenset(("vq", "vq_lat", "vq_vdev", "vc"))
 ROWS = frozenset(("txg", "txg_thr", "zil", "zil_itx", "zil_lat"))
 
 
@@ -45,7 +45,7 @@ class Prefix:
         if self.first_ts is None:
             self.first_ts = ev.ts
         kind, f = ev.kind, ev.fields
-        if kind in COUNTERS:
+        if kind in DIGESTED:       # the counter lines
             vdev = ("vc" if kind == "vc" else "vq", f.get("pid"), f.get("vd"))
             if kind in ("vq_vdev", "vc") and f.get("final"):
                 self._last[vdev] = {}       # an incarnation ends: the next starts from zero
