@@ -115,9 +115,23 @@ def test_zil_counts_equal_tracing_and_the_zil_kstat(out):
     assert got["nused"] == truth["zil_itx_metaslab_normal_bytes"] + truth["zil_itx_metaslab_slog_bytes"]
 
 
+def busiest(lines, gap=5 * 10**9):
+    """The longest stretch of a traced series' lines less than `gap` apart (a txg timeout: the
+    async writes of one sync to the next), from its first line to its last: the probe's own
+    cumulative values at both ends, none interpolated over an idle gap."""
+    stretches, start = [], 0
+    for i in range(1, len(lines) + 1):
+        if i == len(lines) or lines[i].ts - lines[i - 1].ts >= gap:
+            stretches.append((lines[start].ts, lines[i - 1].ts))
+            start = i
+    return max(stretches, key=lambda s: s[1] - s[0])
+
+
 def test_sampled_queue_depth_agrees_with_the_traced_depth(out):
     """zpool iostat -q sampled 5x a second vs the probe's exact time-weighted depth, over the time
-    both have lines for (the probe's last line of a burst may carry a depth that ended after it)."""
+    both have lines for (the probe's last line of a burst may carry a depth that ended after it),
+    and over each series' busiest stretch: the read burst is 6 s of a 90 s recording, too little
+    depth over all of it for a difference to show (sync_read's mean 0.027 once)."""
     kstat, traced = load_capture(out / "kstat.cap", "vq")[1], load_capture(out / "trace.cap", "vq")[1]
 
     def by_path(model):
@@ -127,16 +141,19 @@ def test_sampled_queue_depth_agrees_with_the_traced_depth(out):
     for key, t in ts.items():
         k = ks.get(key)
         assert k is not None, key                        # every busy leaf and class is in both
-        t0, t1 = max(kstat.first_ts, t.lines[0].ts), min(kstat.last_ts, t.last.ts)
-        if t1 - t0 < 5 * 10**9:
-            continue
-        a, b = k.window(t0, t1), t.window(t0, t1)
-        assert a["act_max"] <= t.peak_act and a["pend_max"] <= t.peak_pend, (key, a, t.peak_act, t.peak_pend)
-        # a sampled mean's error: depth X <= peak, so var(X) <= peak * mean; n samples, 3 sigma
-        n = (t1 - t0) / 1e9 / SAMPLE_S
-        for depth, peak in (("act_mean", t.peak_act), ("pend_mean", t.peak_pend)):
-            bound = 0.05 + 3 * math.sqrt(peak * b[depth] / n)
-            assert abs(a[depth] - b[depth]) <= bound, (key, depth, a[depth], b[depth], bound)
-        if b["act_mean"] >= 0.05:
-            compared.add(CLASSES[key[1]])
+        b0, b1 = busiest(t.lines)
+        for t0, t1 in ((t.lines[0].ts, t.last.ts), (b0, b1)):
+            t0, t1 = max(kstat.first_ts, t0), min(kstat.last_ts, t1)
+            if t1 - t0 < 4 * 10**9:        # the read burst: 6 s of fio
+                continue
+            a, b = k.window(t0, t1), t.window(t0, t1)
+            assert a["act_max"] <= t.peak_act and a["pend_max"] <= t.peak_pend, (key, a, t.peak_act, t.peak_pend)
+            # a sampled mean's error: depth X <= peak, so var(X) <= peak * mean; n samples, 3 sigma
+            n = (t1 - t0) / 1e9 / SAMPLE_S
+            for depth, peak in (("act_mean", t.peak_act), ("pend_mean", t.peak_pend)):
+                bound = 0.05 + 3 * math.sqrt(peak * b[depth] / n)
+                assert abs(a[depth] - b[depth]) <= bound, (key, (t0, t1), depth, a[depth], b[depth], bound)
+            if b["act_mean"] >= 0.05:      # a busy class, and the kstat saw it busy too
+                assert a["act_mean"] > 0, (key, (t0, t1), a, b)
+                compared.add(CLASSES[key[1]])
     assert {"sync_read", "sync_write", "async_write"} <= compared, compared
