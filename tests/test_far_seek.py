@@ -77,3 +77,23 @@ def test_a_peeked_digest_line_names_its_series_as_the_parser_does():
         assert parser.parse(peeked.raw) == full
         seen += 1
     assert seen > 1000
+
+
+def test_a_kept_txg_keeps_its_throttle_lines_however_long_its_sync(monkeypatch):
+    """bpftrace's txg_thr line comes as a sync starts, the txg line as it ends: a sync longer than
+    the rows kept (the kernel lab's awqset capture, with the windows shrunk, had one) keeps its
+    throttle line with its row; one whose row comes after the cut is kept for it, the newest
+    PENDING of those as the txg model holds them; one whose row was left behind goes with it."""
+    monkeypatch.setattr("zfsobs.model.txg.WINDOW_NS", 5 * SEC)
+    monkeypatch.setattr("zfsobs.views.zil_panel.WINDOW_NS", 5 * SEC)
+    prefix = far_seek.Prefix()
+    events = [ev("txg_thr", 1, pool="p", pid=1, txg=1), ev("txg", 2, pool="p", pid=1, txg=1),
+              ev("txg_thr", 3, pool="p", pid=1, txg=2), ev("txg", 60, pool="p", pid=1, txg=2),    # a 57 s sync
+              ev("txg", 61, pool="p", pid=1, txg=3), ev("txg_thr", 61.1, pool="p", pid=1, txg=3)]  # row first
+    events += [ev("txg_thr", 62 + i / 100, pool="p", pid=1, txg=4 + i) for i in range(far_seek.PENDING + 5)]
+    for e in events:
+        prefix.add(e)
+    kept = [(e.kind, e.fields["txg"]) for e in prefix.kept()]
+    assert kept[:4] == [("txg_thr", 2), ("txg", 2), ("txg", 3), ("txg_thr", 3)], kept
+    assert [t for k, t in kept[4:]] == list(range(9, 4 + far_seek.PENDING + 5)), kept
+    assert prefix.skipped() == len(events) - len(kept)

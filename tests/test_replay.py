@@ -4,6 +4,7 @@ capture, written again as format 2 (and as recorded, format 1)."""
 from __future__ import annotations
 
 import io
+import os
 
 import pytest
 from rich.console import Console
@@ -98,11 +99,9 @@ def kept_samples(rp) -> dict:
             for key, tr in rp.model.samples.tracks.items()}
 
 
-def test_a_far_seek_reads_the_digests_and_shows_what_playing_there_shows(tmp_path, monkeypatch):
-    """A seek far past what was played feeds the digests up to the model's history before the
-    target and every line after (zfsobs/views/replay.py): the screen is the one a full replay shows,
-    there and at every step back or forward from it. The real lab capture is 37 s, so the history the
-    model keeps (10 min) is cut to 4 s here, and the seek distances with it."""
+def shrink(monkeypatch) -> None:
+    """The model's 10 minutes of history cut to 4 s, the screen's minute to 1 s, seek distances with
+    them: the real captures here are a minute or two."""
     from zfsobs.model import samples, vdev_cache, vdev_queue, zil
     from zfsobs.views import replay
     for module, name in ((samples, "KEEP_NS"), (vdev_queue, "KEEP_NS"), (vdev_cache, "KEEP_NS"),
@@ -114,6 +113,33 @@ def test_a_far_seek_reads_the_digests_and_shows_what_playing_there_shows(tmp_pat
     # the txg and ZIL panels' minute of rows too: the prefix keeps a pool's last 2 s of rows
     monkeypatch.setattr("zfsobs.model.txg.WINDOW_NS", SEC)
     monkeypatch.setattr("zfsobs.views.zil_panel.WINDOW_NS", SEC)
+    monkeypatch.setattr("zfsobs.model.RATE_WINDOW_NS", SEC)
+
+
+def played(path, target: int, monkeypatch) -> Replayer:
+    """A replay that fed every line up to `target`."""
+    from zfsobs.views import replay
+    fresh = Replayer(read_capture(str(path)))
+    with monkeypatch.context() as m:
+        m.setattr(replay, "FAR_NS", 10**15)
+        fresh.seek(target)
+    assert fresh.before is None
+    return fresh
+
+
+@pytest.mark.parametrize("cut", ["full", "short"])
+def test_a_far_seek_reads_the_digests_and_shows_what_playing_there_shows(tmp_path, monkeypatch, cut):
+    """A seek far past what was played feeds the digests up to the model's history before the
+    target and every line after (zfsobs/views/replay.py): the screen is the one a full replay shows,
+    there and at every step back or forward from it. The real lab capture is 37 s, so the history the
+    model keeps (10 min) is cut to 4 s here (shrink()). Full: the lines of the whole history, and the
+    samples kept are a full replay's too; short (this capture has no tunable change): the lines of
+    the screen's own windows only (1 s here)."""
+    from zfsobs.views import replay
+    shrink(monkeypatch)
+    if cut == "full":
+        monkeypatch.setattr(replay, "screen_horizon", replay.horizon)
+    assert replay.screen_horizon() == (4 if cut == "full" else 1) * SEC
     skipped = []
     monkeypatch.setattr(far_seek.Prefix, "kept", lambda self, kept=far_seek.Prefix.kept:
                         skipped.append(self.skipped()) or kept(self))
@@ -125,15 +151,60 @@ def test_a_far_seek_reads_the_digests_and_shows_what_playing_there_shows(tmp_pat
     for target in (rp.start + 20 * SEC + 7, rp.start + 29 * SEC, rp.start + 18 * SEC + 5, rp.end - SEC):
         rp.seek(target)
         assert rp.before is not None and rp.before < target      # the digests were read on the way
-        fresh = Replayer(read_capture(str(path)))
-        monkeypatch.setattr(replay, "FAR_NS", 10**15)
-        fresh.seek(target)                                      # every line, played there
-        monkeypatch.setattr(replay, "FAR_NS", 3 * SEC)
-        assert fresh.before is None and fresh.model.events == rp.model.events
+        fresh = played(path, target, monkeypatch)
+        assert fresh.model.events == rp.model.events
         assert screen(rp) == screen(fresh), target
-        assert kept_samples(rp) == kept_samples(fresh) and kept_samples(rp), target
+        assert (rp.short_until > 0) == (cut == "short")
+        if cut == "full":
+            assert kept_samples(rp) == kept_samples(fresh) and kept_samples(rp), target
         for step in (SEC, -SEC, -2 * SEC):                      # steps around it keep the same screen
             rp.seek(target + step)
             fresh.seek(target + step)
             assert screen(rp) == screen(fresh), (target, step)
     assert skipped and min(skipped) > 0         # of the way there, not every event was fed
+
+
+def test_a_short_far_seek_goes_in_full_where_the_tuning_panel_reads_a_change(tmp_path, monkeypatch):
+    """The kernel lab's awqset capture (tests/data: a real sysfs change of
+    zfs_vdev_async_write_max_active mid-run). A far seek reads only the screen's own window of lines
+    unless a tunable change lies in the model's history before the target or a step back from it:
+    then the tuning panel reads the samples before the change, and the seek is made in full, whether
+    the change is found on the way (the prefix), in the lines after the short cut, or later while
+    playing on from a short seek. The screen is a full replay's at every target and step."""
+    from zfsobs.views import replay
+    shrink(monkeypatch)
+    seeks = []
+    monkeypatch.setattr(Replayer, "_far", lambda self, ts, short=True, far=Replayer._far:
+                        seeks.append(short) or far(self, ts, short))
+    path = tmp_path / "x.cap"
+    rewrite(os.path.join(os.path.dirname(recorded_capture()), "awqset-2.4.4.cap"), path, 20, 2)
+    cap = read_capture(str(path))
+    assert len(cap.digests) >= 20
+    changes = [ev.ts for ev in cap.events(Parser(), digests=False) if ev.kind == "tunable" and not ev.get("initial")]
+    assert len(changes) == 1
+    change = changes[0]
+
+    def check(rp, target, short: bool):
+        fresh = played(path, target, monkeypatch)
+        assert screen(rp) == screen(fresh), (target - change) / SEC
+        assert fresh.model.events == rp.model.events
+        assert (rp.short_until > 0) == short, (target - change) / SEC
+        assert ("zfs_vdev_async_write_max_active" in screen(rp)) == (target >= change)
+
+    # (seconds from the change, whether the seek stays short): the change between the short cut
+    # and the target, in the prefix within the history, older than the history, not yet come
+    for offset, short in ((2, False), (5, False), (20, True), (-10, True)):
+        rp = Replayer(read_capture(str(path)), snap_ns=SEC)
+        seeks.clear()
+        rp.seek(change + offset * SEC)
+        assert seeks[0] is True and seeks[-1] is short, (offset, seeks)
+        check(rp, change + offset * SEC, short)
+    # short just before the change, then played on over it: made again in full there; steps back
+    rp = Replayer(read_capture(str(path)), snap_ns=SEC)
+    seeks.clear()
+    rp.seek(change - SEC // 2)
+    check(rp, change - SEC // 2, True)
+    for step in (SEC, SEC, -SEC, -SEC, 3 * SEC):
+        rp.seek(rp.cursor + step)
+        check(rp, rp.cursor, rp.cursor < change and rp.short_until > 0)
+    assert seeks[:2] == [True, False], seeks

@@ -37,6 +37,7 @@ class Capture:
     _lines: list[str] | None = None
     _plans: dict = field(default_factory=dict)     # (digests, before) -> (chunks, bounds): see _plan
     _highs: list | None = None                     # per digest, its records' highest ts
+    _cover: array | None = None                    # per record, the digest covering it: see _covers
     _damaged: int = 0
     _file: object = None
 
@@ -69,17 +70,39 @@ class Capture:
         if key not in self._plans:
             chunks = self._chunks(digests, before)
             self._plans[key] = chunks, Ordered.bounds([low for low, _ in chunks])
+            while len(self._plans) > 8:         # each go-to plans for its own cut
+                del self._plans[next(iter(self._plans))]
         return self._plans[key]
 
     def _chunks(self, digests: bool, before: int | None = None) -> list[tuple[int, int]]:
         """(lowest ts, record index, or -1 - digest index) of what a reader reads, in file order."""
-        used = [j for j, high in enumerate(self._digest_highs()) if before is None or high < before] if digests else []
-        covered = sorted((self.digests[j][2]["seqs"][0], self.digests[j][2]["seqs"][1]) for j in used)
-        chunks = [(self.lows[i], i) for i in range(len(self.kinds))
-                  if self.kinds[i] == ord("E") or not _inside(covered, self.seqs[i])]
+        highs = self._digest_highs()
+        used = [j for j, high in enumerate(highs) if before is None or high < before] if digests else []
+        if used:
+            end = float("inf") if before is None else before       # a digest is used when its high is below it
+            cover, e = self._covers(), ord("E")
+            chunks = [(self.lows[i], i) for i, (kind, j) in enumerate(zip(self.kinds, cover))
+                      if kind == e or j < 0 or highs[j] >= end]
+        else:
+            chunks = [(self.lows[i], i) for i in range(len(self.kinds))]
         chunks += [(self.digests[j][2]["low"], -1 - j) for j in used]
-        chunks.sort(key=lambda c: self.offsets[c[1]] if c[1] >= 0 else self.digests[-1 - c[1]][0])
+        if used:
+            chunks.sort(key=lambda c: self.offsets[c[1]] if c[1] >= 0 else self.digests[-1 - c[1]][0])
         return chunks
+
+    def _covers(self) -> array:
+        """Per record, of the digests whose sequence range holds it, the one with the lowest high
+        ts (used whenever any of them is), or -1: worked out once, so a cut's plan is one pass."""
+        if self._cover is None:
+            highs = self._digest_highs()
+            order = sorted(range(len(self.seqs)), key=self.seqs.__getitem__)
+            seqs = [self.seqs[i] for i in order]
+            self._cover = array("q", [-1]) * len(self.seqs)
+            for j in sorted(range(len(self.digests)), key=highs.__getitem__, reverse=True):
+                lo, hi = self.digests[j][2]["seqs"]
+                for k in range(bisect_left(seqs, lo), bisect_right(seqs, hi)):
+                    self._cover[order[k]] = j         # the lowest high, written last, wins
+        return self._cover
 
     def _digest_highs(self) -> list[int]:
         """Per digest, the highest ts of the V records it covers (format 2 heads give each record's)."""
@@ -159,12 +182,6 @@ def _peek(line: str) -> Peeked:
     parts = line.split(None, 4)
     fields = {k: v if k == "vd" else (None if v == "-1" else int(v)) for k, v in _SERIES.findall(line)}
     return Peeked(parts[2], int(parts[3]), fields, line)
-
-
-def _inside(ranges: list[tuple[int, int]], seq: int) -> bool:
-    """Whether seq is in one of the ranges (sorted by their start)."""
-    i = bisect_right(ranges, (seq, float("inf"))) - 1
-    return i >= 0 and any(lo <= seq <= hi for lo, hi in ranges[max(0, i - 1):i + 1])
 
 
 def read_capture(path: str) -> Capture:

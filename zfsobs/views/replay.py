@@ -42,6 +42,15 @@ def horizon() -> int:
     return max(samples.KEEP_NS, vdev_queue.KEEP_NS, vdev_cache.KEEP_NS, zil.FLOW_KEEP_NS)
 
 
+def screen_horizon() -> int:
+    """The history the screen reads at a time with no tunable change in the horizon() before it:
+    the txg and ZIL panels' minute and the event rate's seconds. Only the tuning panel reads more,
+    its samples around a change, and a full replay keeps none from before the horizon either."""
+    from zfsobs.model import RATE_WINDOW_NS, txg
+    from zfsobs.views import zil_panel
+    return min(horizon(), max(txg.WINDOW_NS, zil_panel.WINDOW_NS, RATE_WINDOW_NS))
+
+
 class Replayer:
     def __init__(self, capture: Capture, speed: float = 1.0, snap_ns: int = SNAP_NS):
         self.capture = capture
@@ -65,6 +74,7 @@ class Replayer:
         self._snapped = None
         self.before = before
         self.exact_from = 0          # states kept from here on show what every line would show
+        self.short_until = 0         # after a short far seek: a tunable change fed before this needs a full one
         self.fed = self.start        # the model holds the events up to this
 
     def seek(self, ts: int) -> None:
@@ -75,28 +85,38 @@ class Replayer:
         cut = ts - horizon() - BACK_NS
         # the digests from the start to `cut` instead of the lines from `fed`: when that skips enough
         if self.capture.digests and cut - self.fed > max(FAR_NS, (cut - self.start) // DIGEST_SPEEDUP):
-            self._far(ts, cut)
+            self._far(ts)
         self.cursor = self.fed = ts
         while self.next is not None and self.next.ts <= ts:
             ev = self.next
             self.model.feed(ev)
             self.next = next(self.stream, None)
+            if ev.kind == "tunable" and ev.ts < self.short_until and self._changed(ev):
+                self._far(ts, short=False)      # the tuning panel reads samples from before the short cut
+                continue
             if self.next is not None and self.next.ts > ev.ts and ev.ts >= self.exact_from and \
                     ev.ts - (self._snapped or self.start) >= self.snap_ns:
                 self._snap(ev.ts)
         self.status.cursor_ns = self.cursor - self.start
         self.status.malformed = self.parser.malformed
 
-    def _far(self, ts: int, cut: int) -> None:
-        """The model at `ts` from the digests up to `cut`, every line after: it keeps no more than
-        horizon() of history, which the lines from `cut` on fill as a full replay does (the line
-        before each series' first after `cut` is its digest's last). No state is kept before
-        exact_from: one there would lack what the screen's windows read."""
+    def _far(self, ts: int, short: bool = True) -> None:
+        """The model at `ts` from the digests up to a cut, every line after: it keeps no more than
+        horizon() of history, which the lines from the cut on fill as a full replay does (the line
+        before each series' first after the cut is its digest's last). No state is kept before
+        exact_from: one there would lack what the screen's windows read.
+        Short: the cut only screen_horizon() back, when no tunable change lies in the horizon()
+        before `ts` or a step back from it (found in the prefix; one met in the lines after the cut
+        while short_until runs, here or played on later, makes the seek again in full)."""
+        full = ts - horizon() - BACK_NS
+        short = short and screen_horizon() < horizon()
+        cut = ts - screen_horizon() - BACK_NS if short else full
         self._begin(before=cut)
-        self.exact_from = cut + horizon()
+        self.exact_from = ts - BACK_NS
         # the 1 s bins before `cut` are gone from the screen by `ts`: binning them from the day's
-        # digests was nine tenths of a far seek's time (docs/performance.md, "Go to a time")
-        self.model.samples.measure_from = cut
+        # digests was nine tenths of a far seek's time (docs/performance.md, "Go to a time"). A short
+        # seek's screen reads none (no change near): binned from the first state it may keep on
+        self.model.samples.measure_from = self.exact_from if short else cut
         prefix = Prefix()        # of the way there, what the screen at `ts` still reads
         self.stream.peek = True  # every digest ends before `cut`: their lines all come in this loop
         while self.next is not None and self.next.ts < cut:
@@ -114,6 +134,16 @@ class Replayer:
         # as do the ones the prefix skipped
         self.model.events += self.stream.stood_for + prefix.skipped()
         self.fed = cut
+        if short:
+            if any(c.ts > full for c in self.model.tuning.changes):
+                self._far(ts, short=False)
+            else:
+                self.short_until = self.exact_from + horizon()     # samples for a change from then on
+
+    def _changed(self, ev) -> bool:
+        """Whether the tunable line just fed was a change (not a session's initial value)."""
+        latest = self.model.tuning.latest
+        return latest is not None and latest.ts == ev.ts and latest.name == str(ev.fields.get("name"))
 
     def _kept_before(self, ts: int) -> int | None:
         keys = sorted(self.snaps)
@@ -125,7 +155,8 @@ class Replayer:
         if kept is not None and kept > (self._snapped or self.start):
             self._snapped = kept           # played again after a step back: this stretch is kept
             return
-        state = (self.model, self.parser, self.stream.place(), self.next, self.before, self.exact_from)
+        state = (self.model, self.parser, self.stream.place(), self.next, self.before, self.exact_from,
+                 self.short_until)
         self.snaps[ts] = zlib.compress(pickle.dumps(state, pickle.HIGHEST_PROTOCOL), 1)
         self._snapped = ts
         self._kept += len(self.snaps[ts])
@@ -145,7 +176,7 @@ class Replayer:
         if kept is None:
             self._begin()
             return
-        self.model, self.parser, place, self.next, self.before, self.exact_from = \
+        self.model, self.parser, place, self.next, self.before, self.exact_from, self.short_until = \
             pickle.loads(zlib.decompress(self.snaps[kept]))
         self.stream = self.capture.events(self.parser, digests=self.before is not None, before=self.before)
         self.stream.go(place)
