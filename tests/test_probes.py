@@ -155,6 +155,25 @@ def test_vdev_queue_on_the_kernel_uses_kallsyms_addresses_but_needs_the_layout()
     assert kernel_target(VQ_FUNCS).global_address("zfs_no_such_tunable", "vdev_queue_io") is None
 
 
+def test_kernel_symbols_are_the_zfs_modules_lines_of_kallsyms(tmp_path):
+    """Only the lines from the module's first to its last are split (they come together); the
+    result is every line's: this machine's kallsyms with a module's lines put in its middle."""
+    from zfsobs.targets.target import _kernel_symbols
+    text = open("/proc/kallsyms").read()
+    mid = text.index("\n", len(text) // 2) + 1
+    zfs = "".join(f"ffffffffc0{i:06x} {'tTdbUr'[i % 6]} zfs_fn_{i}\t[zfs]\n" for i in range(600))
+    path = tmp_path / "kallsyms"
+    path.write_text(text[:mid] + zfs + "ffffffffc1000000 t spl_fn\t[spl]\n" + text[mid:] +
+                    "ffffffffc2000000 T zfs_last\t[zfs]")
+    every = {}
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[3] == "[zfs]" and parts[1] in "TtDdBbRr":
+            every[parts[2]] = ("func" if parts[1] in "Tt" else "data", int(parts[0], 16))
+    assert _kernel_symbols(str(path)) == every and len(every) == 501 and every["zfs_last"][0] == "func"
+    assert _kernel_symbols(str(tmp_path / "none")) == {}
+
+
 def limited():
     """(probe, its Max CPUs) for every script that sums per-CPU counters in the probe."""
     return [(n, limit) for n in available() if (limit := max_cpus(source(n)))]
