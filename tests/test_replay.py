@@ -100,8 +100,8 @@ def kept_samples(rp) -> dict:
 
 
 def shrink(monkeypatch) -> None:
-    """The model's 10 minutes of history cut to 4 s, the screen's minute to 1 s, seek distances with
-    them: the real captures here are a minute or two."""
+    """The model's 10 minutes of history cut to 4 s, the screen's minute to 2 s and its seconds to
+    1 s, seek distances with them: the real captures here are a minute or two."""
     from zfsobs.model import samples, vdev_cache, vdev_queue, zil
     from zfsobs.views import replay
     for module, name in ((samples, "KEEP_NS"), (vdev_queue, "KEEP_NS"), (vdev_cache, "KEEP_NS"),
@@ -110,9 +110,11 @@ def shrink(monkeypatch) -> None:
     monkeypatch.setattr(replay, "FAR_NS", 3 * SEC)
     monkeypatch.setattr("zfsobs.model.KEEP_NS", 4 * SEC)
     monkeypatch.setattr(replay, "BACK_NS", 2 * SEC)
-    # the txg and ZIL panels' minute of rows too: the prefix keeps a pool's last 2 s of rows
-    monkeypatch.setattr("zfsobs.model.txg.WINDOW_NS", SEC)
-    monkeypatch.setattr("zfsobs.views.zil_panel.WINDOW_NS", SEC)
+    # the txg and ZIL panels' minute of rows to 2 s (the prefix keeps a pool's last 4 s of rows),
+    # and the rates' 5 s to 1 s: a short seek's lines are less than the panels' rows
+    monkeypatch.setattr("zfsobs.model.txg.WINDOW_NS", 2 * SEC)
+    monkeypatch.setattr("zfsobs.views.zil_panel.WINDOW_NS", 2 * SEC)
+    monkeypatch.setattr("zfsobs.views.zil_panel.RATE_NS", SEC)
     monkeypatch.setattr("zfsobs.model.RATE_WINDOW_NS", SEC)
 
 
@@ -127,14 +129,16 @@ def played(path, target: int, monkeypatch) -> Replayer:
     return fresh
 
 
+@pytest.mark.parametrize("index", [False, True], ids=["from the start", "from the index"])
 @pytest.mark.parametrize("cut", ["full", "short"])
-def test_a_far_seek_reads_the_digests_and_shows_what_playing_there_shows(tmp_path, monkeypatch, cut):
+def test_a_far_seek_reads_the_digests_and_shows_what_playing_there_shows(tmp_path, monkeypatch, cut, index):
     """A seek far past what was played feeds the digests up to the model's history before the
     target and every line after (zfsobs/views/replay.py): the screen is the one a full replay shows,
     there and at every step back or forward from it. The real lab capture is 37 s, so the history the
     model keeps (10 min) is cut to 4 s here (shrink()). Full: the lines of the whole history, and the
     samples kept are a full replay's too; short (this capture has no tunable change): the lines of
-    the screen's own windows only (1 s here)."""
+    the screen's own windows only (1 s here). From the index: the way to the cut read from the
+    latest point the seek index kept before it (zfsobs/views/seek_index.py), built first."""
     from zfsobs.views import replay
     shrink(monkeypatch)
     if cut == "full":
@@ -148,6 +152,12 @@ def test_a_far_seek_reads_the_digests_and_shows_what_playing_there_shows(tmp_pat
     cap = read_capture(str(path))
     assert len(cap.digests) >= 20
     rp = Replayer(cap, snap_ns=SEC)
+    started = []
+    monkeypatch.setattr(rp.index, "start", lambda stream, cut, start=rp.index.start:
+                        started.append(start(stream, cut)) or started[-1])
+    if index:
+        rp.index.build()
+        assert len(rp.index.points) >= 10
     for target in (rp.start + 20 * SEC + 7, rp.start + 29 * SEC, rp.start + 18 * SEC + 5, rp.end - SEC):
         rp.seek(target)
         assert rp.before is not None and rp.before < target      # the digests were read on the way
@@ -162,6 +172,7 @@ def test_a_far_seek_reads_the_digests_and_shows_what_playing_there_shows(tmp_pat
             fresh.seek(target + step)
             assert screen(rp) == screen(fresh), (target, step)
     assert skipped and min(skipped) > 0         # of the way there, not every event was fed
+    assert started and all((p is not None) == index for p in started), started
 
 
 def test_a_short_far_seek_goes_in_full_where_the_tuning_panel_reads_a_change(tmp_path, monkeypatch):
@@ -193,8 +204,12 @@ def test_a_short_far_seek_goes_in_full_where_the_tuning_panel_reads_a_change(tmp
 
     # (seconds from the change, whether the seek stays short): the change between the short cut
     # and the target, in the prefix within the history, older than the history, not yet come
-    for offset, short in ((2, False), (5, False), (20, True), (-10, True)):
+    for offset, short, index in ((2, False, False), (5, False, False), (20, True, False), (-10, True, False),
+                                 (2, False, True), (5, False, True), (20, True, True), (-10, True, True)):
         rp = Replayer(read_capture(str(path)), snap_ns=SEC)
+        if index:                # the way there from the seek index's points (zfsobs/views/seek_index.py)
+            rp.index.build()
+            assert rp.index.points
         seeks.clear()
         rp.seek(change + offset * SEC)
         assert seeks[0] is True and seeks[-1] is short, (offset, seeks)

@@ -4,6 +4,7 @@ prefix; never an exception other than ZfsobsError (missing, foreign or too-new f
 from __future__ import annotations
 
 import re
+from collections import deque
 import zlib
 from array import array
 from bisect import bisect_left, bisect_right
@@ -145,13 +146,24 @@ class EventStream(Ordered):
         self.cap = cap
         self.chunks, later = cap._plan(digests, before)
         self.stood_for = 0          # the lines the digests read so far stand for, not given as events
-        self.peek = False           # digests' lines as Peeked events (replay's far seek: zfsobs/views/far_seek.py)
+        self.peek = False           # counter lines as Peeked events (replay's far seek: zfsobs/views/far_seek.py)
         super().__init__(later, parser)
 
     def events_of(self, k: int):
-        if self.peek and self.chunks[k][1] < 0:
+        i = self.chunks[k][1]
+        if self.peek and (i < 0 or self.cap.kinds[i] == ord("V")):     # a digest's or a V record's lines
             return list(map(_peek, self.chunk(k)))
         return super().events_of(k)
+
+    def unpeek(self, ev: Event | None) -> Event | None:
+        """A Peeked event parsed in full (the others as they are)."""
+        return self.parser.parse(ev.raw) if type(ev) is Peeked else ev
+
+    def stop_peeking(self) -> None:
+        """From here on every event is parsed in full, the ones read already and not given too."""
+        self.peek = False
+        self.pending = [e for e in map(self.unpeek, self.pending) if e is not None]
+        self.ready = deque(e for e in map(self.unpeek, self.ready) if e is not None)
 
     def chunk(self, k: int) -> list[str]:
         i = self.chunks[k][1]
@@ -169,9 +181,10 @@ class EventStream(Ordered):
 
 @dataclass(frozen=True, slots=True)
 class Peeked(Event):
-    """A digest's line read no further than its time and the fields that name its series: the line
-    was parsed when it was digested (digestible() takes only events), so it parses again; a far seek
-    parses only the ones it keeps (most of its time was parsing the day's picked lines)."""
+    """A counter line (a digest's or a V record's) read no further than its time and the fields that
+    name its series: V records hold only lines that parsed when they were written (digestible()
+    takes only events), so it parses again; a far seek parses only the ones it keeps (most of its
+    time was parsing the day's picked lines)."""
     raw: str = ""
 
 

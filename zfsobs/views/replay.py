@@ -18,12 +18,12 @@ from rich.console import Console
 from rich.live import Live
 
 from zfsobs.capture import Capture
-from zfsobs.capture.reader import Peeked
 from zfsobs.errors import ZfsobsError
 from zfsobs.events import Parser
 from zfsobs.model import Model
 from zfsobs.views import goto
 from zfsobs.views.far_seek import Prefix
+from zfsobs.views.seek_index import SeekIndex
 from zfsobs.views.keys import Keys
 from zfsobs.views.screen import Fit, render_screen
 from zfsobs.views.status import Status
@@ -33,7 +33,7 @@ JUMP_NS = 10 * 10**9
 SNAP_NS = 60 * 10**9          # a step back feeds at most this much of the capture again
 SNAP_BUDGET = 256 << 20       # kept states past this: the ones far from the cursor are thinned
 FAR_NS = 2 * SNAP_NS          # a seek that would skip this much of the lines reads the digests instead
-BACK_NS = SNAP_NS             # after a far seek, steps back this far still use a kept state
+BACK_NS = 10 * 10**9          # after a far seek, steps back this far still use a kept state
 DIGEST_SPEEDUP = 40           # the digests of a span feed ~this many times faster than its lines
 
 
@@ -44,12 +44,13 @@ def horizon() -> int:
 
 
 def screen_horizon() -> int:
-    """The history the screen reads at a time with no tunable change in the horizon() before it:
-    the txg and ZIL panels' minute and the event rate's seconds. Only the tuning panel reads more,
-    its samples around a change, and a full replay keeps none from before the horizon either."""
-    from zfsobs.model import RATE_WINDOW_NS, txg
-    from zfsobs.views import zil_panel
-    return min(horizon(), max(txg.WINDOW_NS, zil_panel.WINDOW_NS, RATE_WINDOW_NS))
+    """The lines the screen reads at a time with no tunable change in the horizon() before it: the
+    event rate's seconds and the vdev panels' second. The txg and ZIL panels read their minute of
+    rows, which a far seek keeps of the way there (far_seek.Prefix); only the tuning panel reads
+    further back, its samples around a change, and a full replay keeps none from before the horizon."""
+    from zfsobs.model import RATE_WINDOW_NS
+    from zfsobs.views import vc_panel, vq_panel, zil_panel
+    return min(horizon(), max(RATE_WINDOW_NS, zil_panel.RATE_NS, int(1e9 * max(vq_panel.WINDOW_S, vc_panel.WINDOW_S))))
 
 
 class Replayer:
@@ -57,6 +58,7 @@ class Replayer:
         self.capture = capture
         self.snap_ns = snap_ns
         self.snaps: dict[int, bytes] = {}     # ts -> the state with every event up to ts fed
+        self.index = SeekIndex(capture)       # where far seeks start reading, built while keys are awaited
         self._kept = 0                        # their bytes
         self.start = 0
         self._begin()
@@ -118,14 +120,19 @@ class Replayer:
         # digests was nine tenths of a far seek's time (docs/performance.md, "Go to a time"). A short
         # seek's screen reads none (no change near): binned from the first state it may keep on
         self.model.samples.measure_from = self.exact_from if short else cut
-        prefix = Prefix()        # of the way there, what the screen at `ts` still reads
-        self.stream.peek = True  # every digest ends before `cut`: their lines all come in this loop
+        self.stream.peek = True  # counter lines read only to their series (far_seek.Prefix needs no more)
+        prefix = self.index.start(self.stream, cut)     # of the way there, what the screen at `ts` reads
+        if prefix is None:
+            prefix = Prefix()
+        else:                    # read on from the index's point, not from the start
+            self.next = next(self.stream, None)
         while self.next is not None and self.next.ts < cut:
             prefix.add(self.next)
             self.next = next(self.stream, None)
-        self.stream.peek = False
+        self.stream.stop_peeking()     # a V record read on the way may hold lines past the cut
+        self.next = self.stream.unpeek(self.next)
         for ev in prefix.kept():
-            ev = self.parser.parse(ev.raw) if type(ev) is Peeked else ev
+            ev = self.stream.unpeek(ev)
             if ev is not None:
                 self.model.feed(ev)
         if prefix.first_ts is not None:
@@ -237,6 +244,7 @@ def run_replay(capture: Capture, console: Console, speed: float, at: str | None 
         last, fit = time.monotonic(), Fit()
         rp.seek(start)
         while True:
+            rp.index.step(0.05)  # a slice of the far seeks' index while nothing else is asked
             key = keys.read(0.1)
             if key and rp.key(key) is False:
                 return
