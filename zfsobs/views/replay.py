@@ -85,9 +85,11 @@ class Replayer:
         kept = self._kept_before(ts)
         if ts < self.fed or (kept is not None and kept > self.fed):     # behind, or a kept state nearer
             self._back_to(ts)
-        cut = ts - horizon() - BACK_NS
-        # the digests from the start to `cut` instead of the lines from `fed`: when that skips enough
-        if self.capture.digests and cut - self.fed > max(FAR_NS, (cut - self.start) // DIGEST_SPEEDUP):
+        cut = ts - screen_horizon() - BACK_NS      # a short far seek's (a full one's is earlier)
+        # the digests from the start (or the index's point) to `cut` instead of the lines from `fed`:
+        # when that skips enough
+        way = cut - max(self.start, self.index.reach(cut))
+        if self.capture.digests and cut - self.fed > max(FAR_NS, way // DIGEST_SPEEDUP):
             self._far(ts)
         self.cursor = self.fed = ts
         while self.next is not None and self.next.ts <= ts:

@@ -74,6 +74,11 @@ class SeekIndex:
         if len(self.points) > KEEP:
             del self.points[1::2]
 
+    def reach(self, cut: int) -> int:
+        """Where a far seek to `cut` may start reading: the latest point before it (-1: none)."""
+        i = bisect_left(self.points, cut, key=lambda p: p[0])
+        return self.points[i - 1][0] if i else -1
+
     def start(self, stream: EventStream, cut: int) -> Prefix | None:
         """Put `stream` (a far seek's, its digests those ending before `cut`; what it read is dropped) at
         the latest kept point before `cut` whose chunks it shares, and give that point's prefix;
