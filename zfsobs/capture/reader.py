@@ -39,6 +39,7 @@ class Capture:
     _plans: dict = field(default_factory=dict)     # (digests, before) -> (chunks, bounds): see _plan
     _highs: list | None = None                     # per digest, its records' highest ts
     _cover: array | None = None                    # per record, the digest covering it: see _covers
+    _order: list | None = None                     # records and digests in file order: see _file_order
     _damaged: int = 0
     _file: object = None
 
@@ -78,18 +79,22 @@ class Capture:
     def _chunks(self, digests: bool, before: int | None = None) -> list[tuple[int, int]]:
         """(lowest ts, record index, or -1 - digest index) of what a reader reads, in file order."""
         highs = self._digest_highs()
-        used = [j for j, high in enumerate(highs) if before is None or high < before] if digests else []
-        if used:
-            end = float("inf") if before is None else before       # a digest is used when its high is below it
-            cover, e = self._covers(), ord("E")
-            chunks = [(self.lows[i], i) for i, (kind, j) in enumerate(zip(self.kinds, cover))
-                      if kind == e or j < 0 or highs[j] >= end]
-        else:
-            chunks = [(self.lows[i], i) for i in range(len(self.kinds))]
-        chunks += [(self.digests[j][2]["low"], -1 - j) for j in used]
-        if used:
-            chunks.sort(key=lambda c: self.offsets[c[1]] if c[1] >= 0 else self.digests[-1 - c[1]][0])
-        return chunks
+        used = bytes(before is None or high < before for high in highs) if digests else b""
+        if not any(used):
+            return [(self.lows[i], i) for i in range(len(self.kinds))]
+        # a record is read unless a used digest covers it (E records: never covered)
+        cover, lows, e = self._covers(), self.lows, ord("E")
+        low = [d[2]["low"] for d in self.digests]
+        return [(lows[c], c) if c >= 0 else (low[-1 - c], c) for c in self._file_order()
+                if (used[-1 - c] if c < 0 else self.kinds[c] == e or cover[c] < 0 or not used[cover[c]])]
+
+    def _file_order(self) -> list[int]:
+        """Every record (its index) and digest (-1 - its index) in file order, worked out once."""
+        if self._order is None:
+            at = [(self.offsets[i], i) for i in range(len(self.kinds))] + \
+                 [(d[0], -1 - j) for j, d in enumerate(self.digests)]
+            self._order = [c for _, c in sorted(at)]
+        return self._order
 
     def _covers(self) -> array:
         """Per record, of the digests whose sequence range holds it, the one with the lowest high
