@@ -4,10 +4,10 @@ prefix; never an exception other than ZfsobsError (missing, foreign or too-new f
 from __future__ import annotations
 
 import re
-from collections import deque
 import zlib
 from array import array
 from bisect import bisect_left, bisect_right
+from collections import deque
 from dataclasses import dataclass, field
 
 from zfsobs.capture import digest
@@ -37,6 +37,7 @@ class Capture:
     digests: list = field(default_factory=list)      # (offset, length, head) of intact G records
     _lines: list[str] | None = None
     _plans: dict = field(default_factory=dict)     # (digests, before) -> (chunks, bounds): see _plan
+    _held: list | None = None                      # per digest, the records it covers: see _covered
     _highs: list | None = None                     # per digest, its records' highest ts
     _cover: array | None = None                    # per record, the digest covering it: see _covers
     _order: list | None = None                     # records and digests in file order: see _file_order
@@ -100,26 +101,28 @@ class Capture:
         """Per record, of the digests whose sequence range holds it, the one with the lowest high
         ts (used whenever any of them is), or -1: worked out once, so a cut's plan is one pass."""
         if self._cover is None:
-            highs = self._digest_highs()
-            order = sorted(range(len(self.seqs)), key=self.seqs.__getitem__)
-            seqs = [self.seqs[i] for i in order]
+            highs, held = self._digest_highs(), self._covered()
             self._cover = array("q", [-1]) * len(self.seqs)
             for j in sorted(range(len(self.digests)), key=highs.__getitem__, reverse=True):
-                lo, hi = self.digests[j][2]["seqs"]
-                for k in range(bisect_left(seqs, lo), bisect_right(seqs, hi)):
-                    self._cover[order[k]] = j         # the lowest high, written last, wins
+                for i in held[j]:
+                    self._cover[i] = j         # the lowest high, written last, wins
         return self._cover
+
+    def _covered(self) -> list[list[int]]:
+        """Per digest, the records its sequence range holds."""
+        if self._held is None:
+            order = sorted(range(len(self.seqs)), key=self.seqs.__getitem__)
+            seqs = [self.seqs[i] for i in order]
+            self._held = [order[bisect_left(seqs, h["seqs"][0]):bisect_right(seqs, h["seqs"][1])]
+                          for _, _, h in self.digests]
+        return self._held
 
     def _digest_highs(self) -> list[int]:
         """Per digest, the highest ts of the V records it covers (format 2 heads give each record's)."""
         if self._highs is None:
-            order = sorted(range(len(self.seqs)), key=self.seqs.__getitem__)
-            seqs = [self.seqs[i] for i in order]
-            self._highs = []
-            for _, _, h in self.digests:
-                lo, hi = bisect_left(seqs, h["seqs"][0]), bisect_right(seqs, h["seqs"][1])
-                self._highs.append(max((self.highs[order[k]] for k in range(lo, hi) if self.kinds[order[k]] == ord("V")),
-                                       default=-NO_TS))
+            v = ord("V")
+            self._highs = [max((self.highs[i] for i in held if self.kinds[i] == v), default=-NO_TS)
+                           for held in self._covered()]
         return self._highs
 
     def _record_lines(self, i: int) -> list[str]:

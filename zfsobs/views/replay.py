@@ -23,9 +23,9 @@ from zfsobs.events import Parser
 from zfsobs.model import Model
 from zfsobs.views import goto
 from zfsobs.views.far_seek import Prefix
-from zfsobs.views.seek_index import SeekIndex
 from zfsobs.views.keys import Keys
 from zfsobs.views.screen import Fit, render_screen
+from zfsobs.views.seek_index import SeekIndex
 from zfsobs.views.status import Status
 
 SAMPLE_NS = 10**9
