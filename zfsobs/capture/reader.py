@@ -195,6 +195,9 @@ class Peeked(Event):
     time was parsing the day's picked lines)."""
     raw: str = ""
 
+    def __reduce__(self):
+        return Peeked, (self.kind, self.ts, self.fields, self.raw)
+
 
 _SERIES = re.compile(r" (pid|vd|class|kind|final)=(\S+)")
 
