@@ -1,7 +1,8 @@
 """Fuzzing the capture reader and everything that reads a capture (hypothesis): damaged files,
 foreign files, and well-framed records carrying hostile headers and event lines. Each case must end
 in a readable capture (with warnings when damaged) whose report and compare render, or in one
-ZfsobsError: never another exception. The base file holds the first lines of
+ZfsobsError: never another exception (a damaged file is replayed too, its seek index built and far
+seeks made). The base file holds the first lines of
 tests/data/lab-2.1.11.cap, recorded from a real lab run (scripts/record-fixtures re-records it)."""
 from __future__ import annotations
 
@@ -39,8 +40,8 @@ def base(tmp_path_factory):
     return path.read_bytes()
 
 
-def survive(data: bytes, path) -> None:
-    """Read and render; only ZfsobsError may escape."""
+def survive(data: bytes, path, replayed: bool = False) -> None:
+    """Read and render (and with `replayed`, replay it); only ZfsobsError may escape."""
     path.write_bytes(data)
     try:
         cap = read_capture(str(path))
@@ -51,6 +52,28 @@ def survive(data: bytes, path) -> None:
     report.render(cap, "text", "txgs")
     json.loads(compare.render(cap, "json"))
     compare.render(cap, "csv")
+    if replayed:
+        replay_through(read_capture(str(path)))
+
+
+def replay_through(cap) -> None:
+    """Replay's seek index built, then far seeks to the end, the middle, the start and the end: the
+    base file is 7 s, so the model's history is cut to 0.25 s and the seek distances with it."""
+    from zfsobs.model import samples, vdev_cache, vdev_queue, zil
+    from zfsobs.views import replay
+    sec = 10**9
+    with pytest.MonkeyPatch.context() as m:
+        for module, name in ((samples, "KEEP_NS"), (vdev_queue, "KEEP_NS"), (vdev_cache, "KEEP_NS"),
+                             (zil, "FLOW_KEEP_NS")):
+            m.setattr(module, name, sec // 4)
+        m.setattr("zfsobs.model.KEEP_NS", sec // 4)
+        for name in ("zfsobs.views.replay.FAR_NS", "zfsobs.views.replay.BACK_NS", "zfsobs.model.RATE_WINDOW_NS",
+                     "zfsobs.views.zil_panel.RATE_NS"):
+            m.setattr(name, sec // 10)
+        rp = replay.Replayer(cap)
+        rp.index.build()
+        for ts in (rp.end, rp.start + (rp.end - rp.start) // 2, rp.start, rp.end):
+            rp.seek(ts)
 
 
 @FUZZ
@@ -74,7 +97,7 @@ def test_damaged_files(base, tmp_path, data):
     else:
         keep = data.draw(st.integers(0, 16))
         blob = blob[:keep] + data.draw(st.binary(max_size=2000))
-    survive(bytes(blob), tmp_path / "case.cap")
+    survive(bytes(blob), tmp_path / "case.cap", replayed=True)
 
 
 WORD = st.text(st.characters(min_codepoint=33, max_codepoint=0x2FF, blacklist_characters="="), min_size=1, max_size=12)
