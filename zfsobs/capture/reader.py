@@ -79,8 +79,7 @@ class Capture:
 
     def _chunks(self, digests: bool, before: int | None = None) -> list[tuple[int, int]]:
         """(lowest ts, record index, or -1 - digest index) of what a reader reads, in file order."""
-        highs = self._digest_highs()
-        used = bytes(before is None or high < before for high in highs) if digests else b""
+        used = bytes(before is None or high < before for high in self._digest_highs()) if digests else b""
         if not any(used):
             return [(self.lows[i], i) for i in range(len(self.kinds))]
         # a record is read unless a used digest covers it (E records: never covered)

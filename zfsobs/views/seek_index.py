@@ -45,7 +45,6 @@ class SeekIndex:
             self._stream.peek = True
             self._chunks = self._stream.chunks
         stream, prefix, end = self._stream, self._prefix, time.monotonic() + budget_s
-        chunks = stream.chunks
         k = stream.k
         while time.monotonic() < end:
             ev = next(stream, None)
@@ -54,7 +53,7 @@ class SeekIndex:
                 self._stream = None
                 return False
             if stream.k != k:        # a chunk was read to give it: after a digest, keep a point
-                if chunks[stream.k - 1][1] < 0 and self._upto >= 0:
+                if self._chunks[stream.k - 1][1] < 0 and self._upto >= 0:
                     self._keep(stream, ev)
                 k = stream.k
             prefix.add(ev)
