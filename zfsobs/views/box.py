@@ -15,19 +15,18 @@ class Box:
         self.renderable, self.title, self.title_align = renderable, title, title_align
 
     def __rich_console__(self, console, options):
+        for line in self.lines(console, options):
+            yield from line
+            yield Segment.line()
+
+    def lines(self, console, options) -> list[list[Segment]]:
+        """The box's lines, each the full width: the screen takes them as they are, not split again."""
         width = options.max_width
         inner = options.update(width=max(1, width - 4), height=None)
-        lines = console.render_lines(self.renderable, inner, pad=True)
-        yield Segment(self._top(width), BORDER)
-        yield Segment.line()
         left, right = Segment("│ ", BORDER), Segment(" │", BORDER)
-        for line in lines:
-            yield left
-            yield from line
-            yield right
-            yield Segment.line()
-        yield Segment("╰" + "─" * (width - 2) + "╯", BORDER)
-        yield Segment.line()
+        return [[Segment(self._top(width), BORDER)],
+                *([left, *line, right] for line in console.render_lines(self.renderable, inner, pad=True)),
+                [Segment("╰" + "─" * (width - 2) + "╯", BORDER)]]
 
     def _top(self, width: int) -> str:
         room = width - 2

@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 
 from rich.console import Console
-from rich.live import Live
 
 from zfsobs.session import Session
 from zfsobs.views.keys import Keys
+from zfsobs.views.paint import Painter
 from zfsobs.views.screen import Fit, render_screen
 
 KEY_S = 0.2     # how often keys are read
@@ -16,13 +16,11 @@ KEY_S = 0.2     # how often keys are read
 
 def run_live(session: Session, console: Console) -> None:
     status = session.status
-    with Keys() as keys, Live(console=console, screen=True, auto_refresh=False,
-                              redirect_stderr=False) as live:
+    with Keys() as keys, Painter(console) as painter:
         fit = Fit()
 
         def draw() -> None:
-            live.update(render_screen(session.model, status, console.height, time.monotonic_ns(), fit),
-                        refresh=True)
+            painter.paint(render_screen(session.model, status, console.height, time.monotonic_ns(), fit))
 
         drawn = [time.monotonic()]
 

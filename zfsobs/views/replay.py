@@ -15,7 +15,6 @@ import zlib
 from bisect import bisect_right
 
 from rich.console import Console
-from rich.live import Live
 
 from zfsobs.capture import Capture
 from zfsobs.errors import ZfsobsError
@@ -24,6 +23,7 @@ from zfsobs.model import Model
 from zfsobs.views import goto
 from zfsobs.views.far_seek import Prefix
 from zfsobs.views.keys import Keys
+from zfsobs.views.paint import Painter
 from zfsobs.views.screen import Fit, render_screen
 from zfsobs.views.seek_index import SeekIndex
 from zfsobs.views.status import Status
@@ -242,7 +242,7 @@ class Replayer:
 def run_replay(capture: Capture, console: Console, speed: float, at: str | None = None) -> None:
     rp = Replayer(capture, speed)
     start = goto.parse(at, capture.meta, rp.start, rp.end) if at else rp.start     # a bad --at: one line
-    with Keys() as keys, Live(console=console, screen=True, auto_refresh=False) as live:
+    with Keys() as keys, Painter(console) as painter:
         last, fit = time.monotonic(), Fit()
         rp.seek(start)
         while True:
@@ -256,4 +256,4 @@ def run_replay(capture: Capture, console: Console, speed: float, at: str | None 
                 if rp.cursor >= rp.end:
                     rp.status.paused = True
             last = now
-            live.update(render_screen(rp.model, rp.status, console.height, rp.cursor, fit), refresh=True)
+            painter.paint(render_screen(rp.model, rp.status, console.height, rp.cursor, fit))

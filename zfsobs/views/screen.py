@@ -70,6 +70,13 @@ class Screen:
                 *([] if self.changed else tuning)]
 
     def __rich_console__(self, console: Console, options: ConsoleOptions):
+        for line in self.lines(console, options):
+            yield from line
+            yield Segment.line()
+
+    def lines(self, console: Console, options: ConsoleOptions) -> list[list[Segment]]:
+        """The screen's lines, at most its height: each panel laid out once (views/paint.py writes
+        them as they are)."""
         opts = options.update(height=None)
         key = (self.height, options.max_width, self.rows)
         fit = self.fit if self.fit is not None and self.fit.key == key else None
@@ -81,16 +88,15 @@ class Screen:
                 if smaller == rows:
                     continue
                 rows = smaller
-            lines = [line for block in self._blocks(rows) for line in console.render_lines(block, opts, pad=False)]
+            lines = [line for block in self._blocks(rows) for line in (
+                block.lines(console, opts) if isinstance(block, Box) else console.render_lines(block, opts, pad=False))]
             if len(lines) <= self.height:
                 break
         if self.fit is not None:
             # keep a cut that fitted snugly; with room to spare, the next frame tries the full rows again
             snug = rows != self.rows and len(lines) >= self.height - 2      # or the most it could cut
             self.fit.key, self.fit.rows = key, rows if snug else None
-        for line in lines[:max(1, self.height)]:
-            yield from line
-            yield Segment.line()
+        return lines[:max(1, self.height)]
 
 
 def _fewer_vdevs(rows: Rows, over: int) -> Rows:
