@@ -13,7 +13,7 @@ import pytest
 
 from conftest import DATA
 from zfsobs.sources import vq_dumps
-from zfsobs.events import Parser, format_line
+from zfsobs.events import EventLine, Parser, event_line, format_line
 
 FREE = "zfsobs 1 vq_free "
 
@@ -114,3 +114,22 @@ def test_a_dump_read_in_one_pass_gives_the_lines_of_one_read_an_entry_at_a_time(
     lat = next(line for line in fast if line.startswith("zfsobs 1 vq_lat "))
     ev = Parser().parse(lat)
     assert format_line(ev.kind, ev.ts, ev.fields) == lat
+
+
+def test_each_made_line_carries_the_event_its_text_parses_to(raw):
+    """The session feeds the event a made line carries instead of parsing the line back (what a
+    capture holds is the text): on the recorded output, each carried event equals Parser.parse of
+    its text, and a line whose text the parser would judge otherwise carries none."""
+    out, _ = made(raw)
+    parser = Parser()
+    carried = [line for line in out if isinstance(line, EventLine)]
+    kinds = {line.event.kind for line in carried}
+    assert len(carried) > 1000 and kinds == {"vq", "vq_lat", "vq_vdev"}, kinds
+    assert all(parser.parse(line) == line.event for line in carried)
+    assert parser.malformed == 0
+    # a value read as None (-1), a word with a space, a field not a number, a required one missing
+    assert event_line("vq", 5, {"pool": "p", "vd": "0x1", "class": 2, "pend_max": -1}).event.get("pend_max") is None
+    for fields in ({"pool": "a b", "vd": "0x1", "class": 2}, {"pool": "p", "vd": "0x1", "class": 2, "guid": "x"},
+                   {"pool": "p", "vd": "0x1", "class": -1}):
+        line = event_line("vq", 5, fields)
+        assert not isinstance(line, EventLine) and line == format_line("vq", 5, fields)

@@ -64,6 +64,38 @@ def format_line(kind: str, ts: int, fields: dict) -> str:
     return " ".join(parts)
 
 
+class EventLine(str):
+    """A line zfsobs made itself (the vdev queue's, of its probe's dumps) with the event it says:
+    the session feeds that event, not the line parsed back by another thread (docs/performance.md,
+    "Live path"); a capture still gets the text."""
+    event: Event
+
+
+def event_line(kind: str, ts: int, fields: dict) -> str:
+    """format_line's text, and the event Parser.parse would make of it: int fields as ints (-1:
+    None), word fields as their text. A line the parser might judge otherwise (a value that is not
+    a number, a word with a space, a required field missing) is left to it: a plain str."""
+    line = format_line(kind, ts, fields)
+    typed = {}
+    try:
+        for key, value in fields.items():
+            if key in WORD_FIELDS:
+                text = "-1" if value is None else str(value)
+                if text.split() != [text]:
+                    return line
+                typed[key] = None if text == "-1" else text
+            else:
+                number = -1 if value is None else int(value)
+                typed[key] = None if number == -1 else number
+    except ValueError:
+        return line
+    if ts < 0 or any(typed.get(name) is None for name in REQUIRED[kind]):
+        return line
+    made = EventLine(line)
+    made.event = Event(kind, int(ts), typed)
+    return made
+
+
 def parse_all(lines, parser: "Parser") -> list[Event]:
     """Every event of a capture, in time order (several bpftrace processes interleave)."""
     return list(iter_sorted(lines, parser))

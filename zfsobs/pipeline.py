@@ -41,7 +41,11 @@ class Pipeline:
             self.status.message = self.source.ended
 
     def feed_line(self, line: str) -> None:
-        ev = self.parser.parse(line)
+        ev = getattr(line, "event", None)     # a line zfsobs made comes with its event (events.EventLine)
+        if ev is None:
+            ev = self.parser.parse(line)
+        else:
+            self.parser.events += 1
         self.status.malformed = self.parser.malformed
         self.status.ignored = self.parser.ignored
         if ev is not None and not self._wanted(ev):

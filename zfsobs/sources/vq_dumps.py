@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import threading
 
-from zfsobs.events import MAGIC, SCHEMA_VERSION, format_line
+from zfsobs.events import MAGIC, SCHEMA_VERSION, Event, EventLine, event_line, format_line
 
 SLOTS = ("enq", "enq_bytes", "issued", "merged", "aggs", "done", "done_bytes", "wait_ns", "dev_ns",
          "untracked", "untracked_act", "unseen")
@@ -32,6 +32,7 @@ LIMITS_WAITING = 16
 # one call per entry was most of what the live view spent on the vdev queue). A dump with any
 # entry not of this form is read an entry at a time instead.
 _COUNTS = re.compile(r"^@vq_([nx])\d+\[(-?\d+, -?\d+, -?\d+), (-?\d+)\]: (-?\d+)$", re.M)
+_BUCKET_KEYS = tuple(f"b{b}" for b in range(BUCKETS))
 _LAT = (f"{MAGIC} {SCHEMA_VERSION} vq_lat %d pid=%d vd=%s class=%d kind=%d "
         + " ".join(f"b{b}=%d" for b in range(BUCKETS)))
 
@@ -202,7 +203,7 @@ class VqDumps:
             last = vdev in final
             self.emitted[vdev] = end
             ident = self.ident.get(vdev, {})
-            out.append(format_line("vq_vdev", end, {
+            out.append(event_line("vq_vdev", end, {
                 "pool": ident.get("pool", "?"), "pid": pid, "vd": hex(vd), "guid": ident.get("guid", 0),
                 "final": int(last), "vdev_max": ident.get("vdev_max", -1), "path": ident.get("path", "?")}))
             if last:
@@ -248,7 +249,17 @@ class VqDumps:
                   "pend_max": pend_max, "act_max": act_max}
         fields.update((name, get(i, 0)) for i, name in enumerate(SLOTS))
         fields["max_active"], fields["min_active"] = limits
-        lines = [format_line("vq", end, fields)]
-        for kind, base in ((0, WAIT_HIST), (1, DEV_HIST)):     # format_line's text, from a template
-            lines.append(_LAT % (end, pid, hex(vd), cls, kind, *[get(base + b, 0) for b in range(BUCKETS)]))
+        lines = [event_line("vq", end, fields)]
+        for kind, base in ((0, WAIT_HIST), (1, DEV_HIST)):
+            lines.append(_lat(end, pid, hex(vd), cls, kind, [get(base + b, 0) for b in range(BUCKETS)]))
         return lines
+
+
+def _lat(end: int, pid: int, vd: str, cls: int, kind: int, counts: list[int]) -> str:
+    """event_line's vq_lat line, its text from a template (a busy lab makes hundreds a second)."""
+    fields = {"pid": pid, "vd": vd, "class": cls, "kind": kind, **dict(zip(_BUCKET_KEYS, counts))}
+    if -1 in counts or pid == -1:      # a value the parser reads as None
+        return event_line("vq_lat", end, fields)
+    line = EventLine(_LAT % (end, pid, vd, cls, kind, *counts))
+    line.event = Event("vq_lat", end, fields)
+    return line
