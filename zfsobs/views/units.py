@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import time
 
+from rich.segment import Segment
 from rich.text import Text
+
+from zfsobs.views.box import fitted
 
 SPARK = "▁▂▃▄▅▆▇█"
 
@@ -77,10 +80,16 @@ class NumericTable:
         self.left = {i for i, name in enumerate(self.headers) if name in left}
 
     def __rich_console__(self, console, options):
+        for line in self.lines(console, options.max_width):
+            yield from line
+            yield Segment.line()
+
+    def lines(self, console, width: int) -> list[list[Segment]]:
+        """The table's lines, each the width: laid out here, not by rich's wrapping (views/box.py)."""
         plain = [[c.plain if isinstance(c, Text) else c for c in r] for r in self.rows]
         widths = [max([len(name)] + [len(r[i]) for r in plain]) for i, name in enumerate(self.headers)]
         keep = list(range(len(self.headers)))
-        room = options.max_width - (12 if self.last else 0)
+        room = width - (12 if self.last else 0)
         for name in self.drop:
             if sum(widths[i] + 2 for i in keep) <= room:
                 break
@@ -107,10 +116,6 @@ class NumericTable:
                 text.append_text(tail)
             return text
 
-        out = Text(no_wrap=True, overflow="crop", end="")
-        out.append_text(line(self.headers, self.headers, Text(self.last[0], style="bold") if self.last else None,
-                             "bold"))
-        for n, (r, texts) in enumerate(zip(self.rows, plain)):
-            out.append("\n")
-            out.append_text(line(r, texts, self.last[1][n] if self.last else None))
-        yield out
+        out = [line(self.headers, self.headers, Text(self.last[0], style="bold") if self.last else None, "bold")]
+        out += [line(r, texts, self.last[1][n] if self.last else None) for n, (r, texts) in enumerate(zip(self.rows, plain))]
+        return [fitted(console, text, width) for text in out]

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import os
 
+from rich.segment import Segment
 from rich.text import Text
 
 from zfsobs.model import Model
 from zfsobs.model.vdev_queue import SHORT
-from zfsobs.views.box import Box
+from zfsobs.views.box import Box, fitted
 
 WINDOW_S = 1.0
 BAR = 6
@@ -65,19 +66,25 @@ class Grid:
         self.heads, self.rows, self.ratios = heads, rows, ratios
 
     def __rich_console__(self, console, options):
-        room, parts = options.max_width - 2 * len(self.ratios), sum(self.ratios)
+        for line in self.lines(console, options.max_width):
+            yield from line
+            yield Segment.line()
+
+    def lines(self, console, width: int) -> list[list[Segment]]:
+        """The grid's lines, each the width: laid out here, not by rich's wrapping (views/box.py)."""
+        room, parts = width - 2 * len(self.ratios), sum(self.ratios)
         widths = [room * r // parts for r in self.ratios]
-        out = Text(no_wrap=True, overflow="crop", end="")
-        for n, cells in enumerate([[Text(h, style="bold") for h in self.heads]] + self.rows):
-            if n:
-                out.append("\n")
-            for cell, width in zip(cells, widths):
+        out = []
+        for cells in [[Text(h, style="bold") for h in self.heads]] + self.rows:
+            text = Text()
+            for cell, width_ in zip(cells, widths):
                 cell = cell.copy()
-                cell.truncate(width, overflow="ellipsis", pad=True)
-                out.append(" ")
-                out.append_text(cell)
-                out.append(" ")
-        yield out
+                cell.truncate(width_, overflow="ellipsis", pad=True)
+                text.append(" ")
+                text.append_text(cell)
+                text.append(" ")
+            out.append(fitted(console, text, width))
+        return out
 
 
 def _busy(cells: dict) -> float:
