@@ -258,7 +258,7 @@ class VqDumps:
 def _lat(end: int, pid: int, vd: str, cls: int, kind: int, counts: list[int]) -> str:
     """event_line's vq_lat line, its text from a template (a busy lab makes hundreds a second)."""
     fields = {"pid": pid, "vd": vd, "class": cls, "kind": kind, **dict(zip(_BUCKET_KEYS, counts))}
-    if -1 in counts or pid == -1:      # a value the parser reads as None
+    if -1 in counts:      # a count the parser would read as None
         return event_line("vq_lat", end, fields)
     line = EventLine(_LAT % (end, pid, vd, cls, kind, *counts))
     line.event = Event("vq_lat", end, fields)

@@ -19,9 +19,7 @@ class Box:
         self.renderable, self.title, self.title_align = renderable, title, title_align
 
     def __rich_console__(self, console, options):
-        for line in self.lines(console, options):
-            yield from line
-            yield Segment.line()
+        yield from as_segments(self.lines(console, options))
 
     def lines(self, console, options) -> list[list[Segment]]:
         """The box's lines, each the full width: the screen takes them as they are, not split again."""
@@ -63,3 +61,10 @@ def fitted(console, line: Text, width: int) -> list[Segment]:
     if line.spans or not line.style:
         return Segment.adjust_line_length(list(line.render(console)), width)
     return Segment.adjust_line_length([Segment(line.plain, console.get_style(line.style))], width)
+
+
+def as_segments(lines: list[list[Segment]]):
+    """Lines as a renderable's segments (for rich), each ended by a newline."""
+    for line in lines:
+        yield from line
+        yield Segment.line()

@@ -9,7 +9,7 @@ from rich.console import Console, ConsoleOptions
 from rich.segment import Segment
 
 from zfsobs.model import Model
-from zfsobs.views.box import Box
+from zfsobs.views.box import Box, as_segments
 from zfsobs.views.header import render_header
 from zfsobs.views.status import Status
 from zfsobs.views.tuning_panel import height as tuning_height
@@ -70,9 +70,7 @@ class Screen:
                 *([] if self.changed else tuning)]
 
     def __rich_console__(self, console: Console, options: ConsoleOptions):
-        for line in self.lines(console, options):
-            yield from line
-            yield Segment.line()
+        yield from as_segments(self.lines(console, options))
 
     def lines(self, console: Console, options: ConsoleOptions) -> list[list[Segment]]:
         """The screen's lines, at most its height: each panel laid out once (views/paint.py writes

@@ -6,7 +6,7 @@ import time
 from rich.segment import Segment
 from rich.text import Text
 
-from zfsobs.views.box import fitted
+from zfsobs.views.box import as_segments, fitted
 
 SPARK = "▁▂▃▄▅▆▇█"
 
@@ -80,9 +80,7 @@ class NumericTable:
         self.left = {i for i, name in enumerate(self.headers) if name in left}
 
     def __rich_console__(self, console, options):
-        for line in self.lines(console, options.max_width):
-            yield from line
-            yield Segment.line()
+        yield from as_segments(self.lines(console, options.max_width))
 
     def lines(self, console, width: int) -> list[list[Segment]]:
         """The table's lines, each the width: laid out here, not by rich's wrapping (views/box.py)."""

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from zfsobs.model import Model
 from zfsobs.model.vdev_queue import SHORT
-from zfsobs.views.box import Box, fitted
+from zfsobs.views.box import Box, as_segments, fitted
 
 WINDOW_S = 1.0
 BAR = 6
@@ -66,9 +66,7 @@ class Grid:
         self.heads, self.rows, self.ratios = heads, rows, ratios
 
     def __rich_console__(self, console, options):
-        for line in self.lines(console, options.max_width):
-            yield from line
-            yield Segment.line()
+        yield from as_segments(self.lines(console, options.max_width))
 
     def lines(self, console, width: int) -> list[list[Segment]]:
         """The grid's lines, each the width: laid out here, not by rich's wrapping (views/box.py)."""
@@ -77,9 +75,9 @@ class Grid:
         out = []
         for cells in [[Text(h, style="bold") for h in self.heads]] + self.rows:
             text = Text()
-            for cell, width_ in zip(cells, widths):
+            for cell, cell_width in zip(cells, widths):
                 cell = cell.copy()
-                cell.truncate(width_, overflow="ellipsis", pad=True)
+                cell.truncate(cell_width, overflow="ellipsis", pad=True)
                 text.append(" ")
                 text.append_text(cell)
                 text.append(" ")
