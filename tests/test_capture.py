@@ -33,7 +33,7 @@ def test_round_trip(tmp_path):
     write(path, [lines(10), lines(5, 10)])
     cap = read_capture(str(path))
     assert cap.lines == lines(15)
-    assert cap.meta["host"] == "h" and cap.meta["format"] == "zfsobs-capture" and cap.meta["version"] == FORMAT_VERSION == 2
+    assert cap.meta["host"] == "h" and cap.meta["format"] == "zfsobs-capture" and cap.meta["version"] == FORMAT_VERSION == 3
     assert cap.trailer["lines"] == 15 and cap.trailer["reason"] == "test"
     assert cap.warnings == []
 

@@ -5,7 +5,8 @@
 Version 1 bodies are zlib payloads. Version 2 line records (E: every line but the digested
 counters, V: those counters) start with a plain u32 sequence number and the i64 lowest and highest
 event ts, so a reader can order and skip them without inflating them; G (digest) records say what a report needs
-of a span of V records (zfsobs/capture/digest.py).
+of a span of V records (zfsobs/capture/digest.py). Version 3 packs a V record's lines before zlib
+(zfsobs/capture/packed.py): the same lines back, in about half the bytes.
 """
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import json
 import struct
 import zlib
 
+from zfsobs.capture.packed import compressed
+
 FORMAT_NAME = "zfsobs-capture"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 FILE_MAGIC = b"\x89ZFSOBS\n"
 RECORD_MAGIC = b"ZR"
 _FILE_HEAD = struct.Struct("<8sH")
@@ -34,9 +37,10 @@ def record(kind: bytes, body: bytes) -> bytes:
     return _REC_HEAD.pack(RECORD_MAGIC, kind, len(body), zlib.crc32(kind + body)) + body
 
 
-def lines_body(seq: int, low_ts: int, high_ts: int, lines: list[str]) -> bytes:
+def lines_body(seq: int, low_ts: int, high_ts: int, lines: list[str], packed: bool = False) -> bytes:
     low, high = (max(-NO_TS, min(t, NO_TS)) for t in (low_ts, high_ts))
-    return LINES_HEAD.pack(seq & 0xFFFFFFFF, low, high) + deflate(("\n".join(lines) + "\n").encode())
+    payload = compressed(lines) if packed else deflate(("\n".join(lines) + "\n").encode())
+    return LINES_HEAD.pack(seq & 0xFFFFFFFF, low, high) + payload
 
 
 def deflate(payload: bytes) -> bytes:

@@ -11,6 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from zfsobs.capture import digest
+from zfsobs.capture.packed import lines_of
 from zfsobs.capture.format import (FILE_MAGIC, FORMAT_NAME, FORMAT_VERSION, HEADER_TYPES, LINE_KINDS, LINES_HEAD,
                                    MAX_RECORD, NO_TS, RECORD_MAGIC, _FILE_HEAD, _REC_HEAD, as_json, inflate)
 from zfsobs.errors import ZfsobsError
@@ -127,9 +128,15 @@ class Capture:
     def _record_lines(self, i: int) -> list[str]:
         body = self._body(self.offsets[i], self.lengths[i])
         if body is None:
+            lines = None
+        elif self.version >= 3 and self.kinds[i] == ord("V"):
+            lines = lines_of(body)      # packed (zfsobs/capture/packed.py)
+        else:
+            lines = body.decode("utf-8", "replace").splitlines()
+        if lines is None:
             self._damaged += 1
             return []
-        return body.decode("utf-8", "replace").splitlines()
+        return lines
 
     def _body(self, offset: int, length: int) -> bytes | None:
         if self._file is None:
@@ -141,7 +148,7 @@ class Capture:
     def _note_damage(self) -> None:
         """Records whose CRC held but whose payload does not inflate: found only when read."""
         if self._damaged:
-            self.warnings.append(f"{self._damaged} record(s) that do not inflate skipped")
+            self.warnings.append(f"{self._damaged} record(s) that do not inflate or unpack skipped")
             self._damaged = 0
 
 

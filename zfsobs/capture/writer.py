@@ -3,8 +3,9 @@
 Records (zfsobs/capture/format.py) are written with one os.write each, at least once a second, so a
 capture killed with SIGKILL loses at most the lines of the last second. Lines are the event lines
 exactly as the live view parsed them: replay re-parses them through the same code. The counter lines
-(vq, vq_lat, vq_vdev, vc) go to V records and every other line to E records; every few minutes a
-G record digests the V records since the last one (zfsobs/capture/digest.py).
+(vq, vq_lat, vq_vdev, vc) go to V records, packed as columns of changes (zfsobs/capture/packed.py),
+and every other line to E records; every few minutes a G record digests the V records since the
+last one (zfsobs/capture/digest.py).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import time
 from zfsobs.capture.digest import SPAN_SECONDS, Digest, digestible
 from zfsobs.capture.format import (FILE_MAGIC, FORMAT_NAME, FORMAT_VERSION, NO_TS, _FILE_HEAD, deflate,
                                    lines_body, record)
+from zfsobs.capture.packed import packable
 from zfsobs.errors import ZfsobsError
 from zfsobs.events import Event, low_ts
 from zfsobs.signals import whole
@@ -60,7 +62,7 @@ class CaptureWriter:
 
     def add(self, line: str, ev: Event | None = None) -> None:
         """An event line as received; `ev` is its parse (None: malformed, or not known)."""
-        kind = b"V" if ev is not None and digestible(ev) else b"E"
+        kind = b"V" if ev is not None and digestible(ev) and packable(line) else b"E"
         buf = self._buf[kind]
         buf.lines.append(line)
         buf.size += len(line) + 1
@@ -86,7 +88,7 @@ class CaptureWriter:
         with whole():
             for kind, buf in self._buf.items():
                 if buf.lines:
-                    self._write(record(kind, lines_body(self._seq, buf.low, buf.high, buf.lines)))
+                    self._write(record(kind, lines_body(self._seq, buf.low, buf.high, buf.lines, kind == b"V")))
                     if kind == b"V":
                         self._digest.covered(self._seq)
                     self._seq += 1

@@ -1,0 +1,171 @@
+"""Format 3's V payload: a record's counter lines as columns of changes, the same text back.
+
+A line is a template (its words, with each number that does not name its series cut out) and
+those numbers. A record holds each template once, each line's template in order, and per template
+its numbers column by column, each as its change from the line before of the same template in this
+record: counters change little in a second, so the changes are small and mostly zero, and zlib packs
+them to about half of the lines' own text (docs/performance.md). A template's first ts is its change
+from the record's first; its other first numbers are whole. Only this record is needed to read it
+back (the crash rule: every record stands alone).
+
+    payload = "T N BASE M\\n", T templates each ending "\\n", then N + M bytes: the N lines' template
+              indices and the M zigzag-coded numbers, each a byte below 255, or 255 for one that is
+              not: those follow, in order, as unsigned LEB128 varints
+
+A record of a few lines (a quiet pool's second) packs no smaller than its text, whose repeats zlib
+finds across its lines: such a record keeps whichever is smaller, and its text starts with "zfsobs"
+where a packed payload starts with a digit.
+
+Every number comes back as the text it was: only plain decimal integers (no sign on 0, no leading
+zeros) below 10^18 are cut out, so a change always fits in 64 bits; anything else stays in the template.
+"""
+from __future__ import annotations
+
+import re
+import zlib
+from itertools import accumulate
+
+CUT = "\x00"      # where a number was cut out of a template
+ESC = 255
+FEW = 32          # a record of fewer lines keeps its text if that is smaller
+# a word `name=number` whose name does not name a series (those stay in the template)
+_WORD = re.compile(r"( (?!(?:pool|pid|vd|class|kind|guid|path)=)[^ =]*=)(-?[1-9][0-9]{0,17}|0)(?= |$)")
+_NUMBER = re.compile(r"-?[1-9][0-9]{0,17}|0")
+
+
+def packable(line: str) -> bool:
+    """Printable lines only (no CUT, nothing splitlines() would split): the writer puts any other
+    counter line in an E record, so it reads back as text lines always did."""
+    return line.isprintable()
+
+
+def compressed(lines: list[str]) -> bytes:
+    """A V record's zlib payload: the lines packed, or as text where that is smaller."""
+    packed = zlib.compress(pack(lines), 6)
+    if len(lines) < FEW and lines and lines[0].startswith("zfsobs"):
+        text = zlib.compress(("\n".join(lines) + "\n").encode(), 6)
+        return text if len(text) < len(packed) else packed
+    return packed
+
+
+def lines_of(payload: bytes) -> list[str] | None:
+    """The lines of a V record's inflated payload, or None for damage."""
+    if payload.startswith(b"zfsobs"):
+        return payload.decode("utf-8", "replace").splitlines()
+    return unpack(payload)
+
+
+def pack(lines: list[str]) -> bytes:
+    """The lines as a payload; every line must be packable()."""
+    index: dict[str, int] = {}
+    tables: list[list[list[int]]] = []       # per template, its lines' changes
+    last: list[list[int]] = []               # per template, its last line's numbers
+    order: list[int] = []
+    base = None
+    for line in lines:
+        w = line.split(" ", 4)
+        if len(w) >= 4 and _NUMBER.fullmatch(w[3]):     # word 3, the ts: the first number
+            numbers = [int(w[3])]
+            head = f"{w[0]} {w[1]} {w[2]} {CUT}"
+            base = numbers[0] if base is None else base
+        else:
+            numbers, head = [], " ".join(w[:4])
+        parts = _WORD.split(" " + w[4]) if len(w) == 5 else [""]
+        numbers += map(int, parts[2::3])
+        parts[2::3] = [CUT] * (len(parts) // 3)
+        template = head + "".join(parts)
+        i = index.get(template)
+        if i is None:
+            i = index[template] = len(tables)
+            tables.append([])
+            last.append(numbers)
+            first = list(numbers)
+            if head.endswith(CUT):
+                first[0] -= base
+            tables[i].append(first)
+        else:
+            tables[i].append([b - a for a, b in zip(last[i], numbers)])
+            last[i] = numbers
+        order.append(i)
+    changes = []
+    for table in tables:
+        for column in zip(*table):
+            changes.extend(column)
+    zz = [(n << 1) ^ (n >> 63) for n in changes]
+    small = list(order) if len(tables) < ESC else [min(i, ESC) for i in order]
+    small += [n if n < ESC else ESC for n in zz]
+    big = [n for n in (order if len(tables) >= ESC else []) if n >= ESC] + [n for n in zz if n >= ESC]
+    out = f"{len(tables)} {len(order)} {base or 0} {len(zz)}\n" + "".join(t + "\n" for t in index)
+    return out.encode() + bytes(small) + _varints(big)
+
+
+def unpack(payload: bytes) -> list[str] | None:
+    """The lines of a payload `pack` made, or None for one it did not make (damage)."""
+    try:
+        first, rest = payload.split(b"\n", 1)
+        ntemplates, nlines, base, nchanges = (int(n) for n in first.split(b" "))
+        if min(ntemplates, nlines, nchanges) < 0:
+            return None
+        parts = rest.split(b"\n", ntemplates)
+        if len(parts) != ntemplates + 1:
+            return None
+        templates = [t.decode().split(CUT) for t in parts[:ntemplates]]
+        data = parts[ntemplates]
+        small = list(data[:nlines + nchanges])
+        big = _unvarints(data[nlines + nchanges:])
+        if len(small) != nlines + nchanges or big is None or small.count(ESC) != len(big):
+            return None
+        if big:
+            big = iter(big)
+            small = [n if n < ESC else next(big) for n in small]
+    except (ValueError, OverflowError, UnicodeDecodeError):
+        return None
+    order, changes = small[:nlines], [(n >> 1) ^ -(n & 1) for n in small[nlines:]]
+    counts = [0] * ntemplates
+    try:
+        for i in order:
+            counts[i] += 1
+    except IndexError:
+        return None
+    rows, at = [], 0           # per template, an iterator over its lines' numbers
+    for pieces, n in zip(templates, counts):
+        width = len(pieces) - 1
+        columns = [list(accumulate(changes[at + c * n:at + (c + 1) * n])) for c in range(width)]
+        if width and n and pieces[0].count(" ") == 3:    # its first cut is word 3, the ts
+            columns[0] = [t + base for t in columns[0]]
+        at += width * n
+        rows.append(iter(zip(*columns)) if width else iter([()] * n))
+    if at != len(changes):
+        return None
+    lines = []
+    for i in order:
+        pieces = templates[i]
+        line = [pieces[0]]
+        for number, piece in zip(next(rows[i]), pieces[1:]):
+            line += (str(number), piece)
+        lines.append("".join(line))
+    return lines
+
+
+def _varints(values: list[int]) -> bytes:
+    out = bytearray()
+    for n in values:
+        while n >= 0x80:
+            out.append((n & 0x7F) | 0x80)
+            n >>= 7
+        out.append(n)
+    return bytes(out)
+
+
+def _unvarints(data: bytes) -> list[int] | None:
+    values, n, shift = [], 0, 0
+    for b in data:
+        n |= (b & 0x7F) << shift
+        if b < 0x80:
+            values.append(n)
+            n = shift = 0
+        else:
+            shift += 7
+            if shift > 63:
+                return None
+    return None if shift else values
