@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 import zlib
-from itertools import accumulate
+from operator import add
 
 CUT = "\x00"      # where a number was cut out of a template
 ESC = 255
@@ -109,17 +109,18 @@ def unpack(payload: bytes) -> list[str] | None:
         parts = rest.split(b"\n", ntemplates)
         if len(parts) != ntemplates + 1:
             return None
-        templates = [t.decode().split(CUT) for t in parts[:ntemplates]]
+        templates = [t.decode() for t in parts[:ntemplates]]
         data = parts[ntemplates]
         small = list(data[:nlines + nchanges])
         big = _unvarints(data[nlines + nchanges:])
         if len(small) != nlines + nchanges or big is None or small.count(ESC) != len(big):
             return None
-        if big:
-            big = iter(big)
-            small = [n if n < ESC else next(big) for n in small]
     except (ValueError, OverflowError, UnicodeDecodeError):
         return None
+    at = -1
+    for n in big:       # the escaped numbers in their places
+        at = data.index(ESC, at + 1)
+        small[at] = n
     order, changes = small[:nlines], [(n >> 1) ^ -(n & 1) for n in small[nlines:]]
     counts = [0] * ntemplates
     try:
@@ -127,24 +128,29 @@ def unpack(payload: bytes) -> list[str] | None:
             counts[i] += 1
     except IndexError:
         return None
-    rows, at = [], 0           # per template, an iterator over its lines' numbers
-    for pieces, n in zip(templates, counts):
-        width = len(pieces) - 1
-        columns = [list(accumulate(changes[at + c * n:at + (c + 1) * n])) for c in range(width)]
-        if width and n and pieces[0].count(" ") == 3:    # its first cut is word 3, the ts
-            columns[0] = [t + base for t in columns[0]]
-        at += width * n
-        rows.append(iter(zip(*columns)) if width else iter([()] * n))
+    rows, at = [], 0           # per template, its lines' numbers in order
+    for template, n in zip(templates, counts):
+        width = template.count(CUT)
+        end, mine = at + width * n, []
+        if end > len(changes):
+            return None
+        if width and n:
+            row = changes[at:end:n]         # its first line's: one change per column
+            if template.split(" ", 4)[3:4] == [CUT]:
+                row[0] += base              # its first number is the ts, word 3
+            mine.append(tuple(row))
+            for k in range(1, n):
+                row = list(map(add, row, changes[at + k:end:n]))
+                mine.append(tuple(row))
+        else:
+            mine = [()] * n
+        rows.append(iter(mine))
+        at = end
     if at != len(changes):
         return None
-    lines = []
-    for i in order:
-        pieces = templates[i]
-        line = [pieces[0]]
-        for number, piece in zip(next(rows[i]), pieces[1:]):
-            line += (str(number), piece)
-        lines.append("".join(line))
-    return lines
+    # each template as a %-format: the numbers go back in by C code, not a join per number
+    formats = [t.replace("%", "%%").replace(CUT, "%d") for t in templates]
+    return [formats[i] % next(rows[i]) for i in order]
 
 
 def _varints(values: list[int]) -> bytes:

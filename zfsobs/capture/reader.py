@@ -166,8 +166,14 @@ class EventStream(Ordered):
     def events_of(self, k: int):
         i = self.chunks[k][1]
         if self.peek and (i < 0 or self.cap.kinds[i] == ord("V")):     # a digest's or a V record's lines
-            return list(map(_peek, self.chunk(k)))
+            return list(filter(None, map(self._peek, self.chunk(k))))
         return super().events_of(k)
+
+    def _peek(self, line: str) -> Event | None:
+        try:
+            return _peek(line)
+        except (ValueError, IndexError):    # damage: e.g. format 3's packed lines in a file whose version byte says 2
+            return self.parser.parse(line)
 
     def unpeek(self, ev: Event | None) -> Event | None:
         """A Peeked event parsed in full (the others as they are)."""
