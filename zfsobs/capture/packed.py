@@ -117,11 +117,11 @@ def unpack(payload: bytes) -> list[str] | None:
             return None
     except (ValueError, OverflowError, UnicodeDecodeError):
         return None
-    at = -1
-    for n in big:       # the escaped numbers in their places
-        at = data.index(ESC, at + 1)
-        small[at] = n
-    order, changes = small[:nlines], [(n >> 1) ^ -(n & 1) for n in small[nlines:]]
+    big = iter(big)     # the escaped numbers, in their places
+    order = small[:nlines]
+    if ESC in order:
+        order = [i if i < ESC else next(big) for i in order]
+    changes = [(n >> 1) ^ -(n & 1) if n < ESC else (m := next(big)) >> 1 ^ -(m & 1) for n in small[nlines:]]
     counts = [0] * ntemplates
     try:
         for i in order:
