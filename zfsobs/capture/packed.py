@@ -91,12 +91,10 @@ def pack(lines: list[str]) -> bytes:
     for table in tables:
         for column in zip(*table):
             changes.extend(column)
-    zz = [(n << 1) ^ (n >> 63) for n in changes]
-    small = list(order) if len(tables) < ESC else [min(i, ESC) for i in order]
-    small += [n if n < ESC else ESC for n in zz]
-    big = [n for n in (order if len(tables) >= ESC else []) if n >= ESC] + [n for n in zz if n >= ESC]
-    out = f"{len(tables)} {len(order)} {base or 0} {len(zz)}\n" + "".join(t + "\n" for t in index)
-    return out.encode() + bytes(small) + _varints(big)
+    values = order + [(n << 1) ^ (n >> 63) for n in changes]
+    out = f"{len(tables)} {len(order)} {base or 0} {len(changes)}\n" + "".join(t + "\n" for t in index)
+    return (out.encode() + bytes([n if n < ESC else ESC for n in values])
+            + _varints([n for n in values if n >= ESC]))
 
 
 def unpack(payload: bytes) -> list[str] | None:
