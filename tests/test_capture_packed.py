@@ -13,8 +13,8 @@ import pytest
 from conftest import DATA
 from zfsobs.capture import CaptureWriter, read_capture
 from zfsobs.capture.digest import digestible
-from zfsobs.capture.format import RECORD_MAGIC, _REC_HEAD, deflate
-from zfsobs.capture.packed import ESC, FEW, compressed, lines_of, pack, packable, unpack
+from zfsobs.capture.format import FEW, RECORD_MAGIC, _REC_HEAD, deflate, lines_payload, payload_lines
+from zfsobs.capture.packed import ESC, pack, packable, unpack
 from zfsobs.events import Parser
 from zfsobs.views import report
 
@@ -43,8 +43,8 @@ def test_every_recorded_counter_line_packs_to_fewer_bytes_and_back(src):
     text = packed = 0
     for lines in records:
         assert unpack(pack(lines)) == lines
-        payload = compressed(lines)
-        assert lines_of(zlib.decompress(payload)) == lines
+        payload = lines_payload(lines, packed=True)
+        assert payload_lines(zlib.decompress(payload), packed=True) == lines
         text += len(zlib.compress(("\n".join(lines) + "\n").encode(), 6))
         packed += len(payload)
     # a record of a few lines keeps its text where packing would not pay

@@ -14,7 +14,7 @@ import json
 import struct
 import zlib
 
-from zfsobs.capture.packed import compressed
+from zfsobs.capture.packed import pack, unpack
 
 FORMAT_NAME = "zfsobs-capture"
 FORMAT_VERSION = 3
@@ -26,6 +26,7 @@ LINES_HEAD = struct.Struct("<Iqq")     # v2 E and V bodies: sequence number, low
 NO_TS = (1 << 63) - 1                  # a record with no event (only malformed lines)
 MAX_RECORD = 64 << 20      # a larger length field is damage, not data
 MAX_PAYLOAD = 256 << 20
+FEW = 32                   # a packed record of fewer lines keeps its text if that is smaller
 LINE_KINDS = (b"E", b"V")
 # Header fields the views read, and their types: one of another type is damage (or another
 # tool's), left out with a warning rather than failing a view.
@@ -39,8 +40,28 @@ def record(kind: bytes, body: bytes) -> bytes:
 
 def lines_body(seq: int, low_ts: int, high_ts: int, lines: list[str], packed: bool = False) -> bytes:
     low, high = (max(-NO_TS, min(t, NO_TS)) for t in (low_ts, high_ts))
-    payload = compressed(lines) if packed else deflate(("\n".join(lines) + "\n").encode())
-    return LINES_HEAD.pack(seq & 0xFFFFFFFF, low, high) + payload
+    return LINES_HEAD.pack(seq & 0xFFFFFFFF, low, high) + lines_payload(lines, packed)
+
+
+def lines_payload(lines: list[str], packed: bool = False) -> bytes:
+    """A line record's zlib payload: its lines as text, or packed (a V record, format 3); a record of
+    a few lines keeps its text where that is smaller. Text starts with "zfsobs", a packed payload
+    with a digit."""
+    text = deflate(("\n".join(lines) + "\n").encode()) if not packed or len(lines) < FEW else None
+    if not packed:
+        return text
+    packed_payload = deflate(pack(lines))
+    if text is not None and len(text) < len(packed_payload) and lines and lines[0].startswith("zfsobs"):
+        return text
+    return packed_payload
+
+
+def payload_lines(payload: bytes, packed: bool = False) -> list[str] | None:
+    """The lines of an inflated line record's payload (`packed`: a V record of format 3, which may
+    hold text), or None for damage."""
+    if packed and not payload.startswith(b"zfsobs"):
+        return unpack(payload)
+    return payload.decode("utf-8", "replace").splitlines()
 
 
 def deflate(payload: bytes) -> bytes:

@@ -13,8 +13,7 @@ back (the crash rule: every record stands alone).
               not: those follow, in order, as unsigned LEB128 varints
 
 A record of a few lines (a quiet pool's second) packs no smaller than its text, whose repeats zlib
-finds across its lines: such a record keeps whichever is smaller, and its text starts with "zfsobs"
-where a packed payload starts with a digit.
+finds across its lines: such a record keeps whichever is smaller (zfsobs/capture/format.py).
 
 Every number comes back as the text it was: only plain decimal integers (no sign on 0, no leading
 zeros) below 10^18 are cut out, so a change always fits in 64 bits; anything else stays in the template.
@@ -22,12 +21,10 @@ zeros) below 10^18 are cut out, so a change always fits in 64 bits; anything els
 from __future__ import annotations
 
 import re
-import zlib
 from operator import add
 
 CUT = "\x00"      # where a number was cut out of a template
 ESC = 255
-FEW = 32          # a record of fewer lines keeps its text if that is smaller
 # a word `name=number` whose name does not name a series (those stay in the template)
 _WORD = re.compile(r"( (?!(?:pool|pid|vd|class|kind|guid|path)=)[^ =]*=)(-?[1-9][0-9]{0,17}|0)(?= |$)")
 _NUMBER = re.compile(r"-?[1-9][0-9]{0,17}|0")
@@ -37,22 +34,6 @@ def packable(line: str) -> bool:
     """Printable lines only (no CUT, nothing splitlines() would split): the writer puts any other
     counter line in an E record, so it reads back as text lines always did."""
     return line.isprintable()
-
-
-def compressed(lines: list[str]) -> bytes:
-    """A V record's zlib payload: the lines packed, or as text where that is smaller."""
-    packed = zlib.compress(pack(lines), 6)
-    if len(lines) < FEW and lines and lines[0].startswith("zfsobs"):
-        text = zlib.compress(("\n".join(lines) + "\n").encode(), 6)
-        return text if len(text) < len(packed) else packed
-    return packed
-
-
-def lines_of(payload: bytes) -> list[str] | None:
-    """The lines of a V record's inflated payload, or None for damage."""
-    if payload.startswith(b"zfsobs"):
-        return payload.decode("utf-8", "replace").splitlines()
-    return unpack(payload)
 
 
 def pack(lines: list[str]) -> bytes:

@@ -11,9 +11,9 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from zfsobs.capture import digest
-from zfsobs.capture.packed import lines_of
 from zfsobs.capture.format import (FILE_MAGIC, FORMAT_NAME, FORMAT_VERSION, HEADER_TYPES, LINE_KINDS, LINES_HEAD,
-                                   MAX_RECORD, NO_TS, RECORD_MAGIC, _FILE_HEAD, _REC_HEAD, as_json, inflate)
+                                   MAX_RECORD, NO_TS, RECORD_MAGIC, _FILE_HEAD, _REC_HEAD, as_json, inflate,
+                                   payload_lines)
 from zfsobs.errors import ZfsobsError
 from zfsobs.events import Event, Ordered, Parser
 
@@ -127,12 +127,7 @@ class Capture:
 
     def _record_lines(self, i: int) -> list[str]:
         body = self._body(self.offsets[i], self.lengths[i])
-        if body is None:
-            lines = None
-        elif self.version >= 3 and self.kinds[i] == ord("V"):
-            lines = lines_of(body)      # packed (zfsobs/capture/packed.py)
-        else:
-            lines = body.decode("utf-8", "replace").splitlines()
+        lines = None if body is None else payload_lines(body, self.version >= 3 and self.kinds[i] == ord("V"))
         if lines is None:
             self._damaged += 1
             return []
