@@ -152,6 +152,7 @@ def _check(script: Script) -> None:
     if not re.search(r"\$\$?2\b", code) and "#pragma D option argref" not in script.pragmas:
         script.problems.append("$2 (the interval zfsobs passes) is never referenced: needs #pragma D option argref")
     _check_order(script)
+    _check_keys(script)
     arity = agg_arity(script.text)
     for name, sizes in arity.items():
         if len(sizes) > 1:
@@ -209,6 +210,22 @@ def _check_order(script: Script) -> None:
                            for e in script.clauses[:i]):
                     script.problems.append(f"line {clause.line}: {var} in the predicate may be stale for "
                                            f"{probe}: no earlier clause of it that always runs sets it")
+
+
+def _check_keys(script: Script) -> None:
+    """A this-> variable that keys an aggregation is set once a clause: a second meaning given to the
+    same name files every count after it under the wrong key (zil.d's itx type in its txg slot,
+    2026-11-28: D's itxs landed in the txgs of slot 9)."""
+    code = strip_comments(script.text)
+    keys = {v for m in re.finditer(r"@\w+\[([^\]]*)\]\s*=", code) for v in re.findall(r"this->\w+", m.group(1))}
+    for clause in script.clauses:
+        stmts = split_top(clause.body, ";")
+        for var in sorted(keys):
+            # a refinement reads the variable it sets (this->p = ... this->p): the same meaning
+            fresh = [s for s in stmts if re.match(r"\s*" + re.escape(var) + r"\s*=(?!=)", s)
+                     and var not in s.split("=", 1)[1]]
+            if len(fresh) > 1:
+                script.problems.append(f"line {clause.line}: {var} keys aggregations and is given a second meaning here")
 
 
 def _string(arg: str) -> str:

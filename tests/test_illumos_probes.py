@@ -128,6 +128,9 @@ def test_the_checker_catches_breakage(broken, problem):
     # zil.d as it was: the flag tested after a predicated clause, never reset (a commit counted twice)
     ("zil", lambda t: t.replace("\tthis->on = 0;\n\tthis->b = 0;\n", "\tthis->b = 0;\n", 1),
      "this->on in the predicate may be stale for fbt::zil_commit_impl:return"),
+    # zil.d as it was: the itx type bucket in this->slot, the txg slot every aggregation is keyed by
+    ("zil", lambda t: t.replace("this->tx = this->type", "this->slot = this->type", 1).replace("this->tx ==", "this->slot =="),
+     "this->slot keys aggregations and is given a second meaning here"),
 ])
 def test_the_checker_catches_what_dtrace_refuses_or_gets_wrong_by_order(name, broken, problem):
     assert dlint.parse(d_text(name)).problems == []

@@ -123,7 +123,7 @@ fbt::zil_itx_assign:entry
 	this->txg = this->zilog->zl_dmu_pool->dp_tx.tx_open_txg;
 	this->slot = this->txg & 7;
 	this->type = this->itx->itx_lr.lrc_txtype & 0xffff;     /* without TX_CI (bit 63) */
-	this->slot = this->type > 24 ? 25 : this->type;
+	this->tx = this->type > 24 ? 25 : this->type;     /* its zil_itx bucket (tx0..tx24, txother) */
 	this->rec = this->type != 0 ? this->itx->itx_lr.lrc_reclen : (uint64_t)0;
 	/* TX_WRITE (9) and TX_WRITE2 (20) carry lr_write_t; itx_wr_state 0 indirect, 1 copied, 2 needcopy */
 	this->wr = this->type == 9 || this->type == 20;
@@ -149,32 +149,32 @@ fbt::zil_itx_assign:entry
 	@zindb[this->pool, this->spa, this->slot] = sum(this->state == 0 ? this->len : 0);
 }
 
-fbt::zil_itx_assign:entry /this->on && this->slot == 0/ { @zx0[this->pool, this->spa, this->slot] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 1/ { @zx1[this->pool, this->spa, this->slot] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 2/ { @zx2[this->pool, this->spa, this->slot] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 3/ { @zx3[this->pool, this->spa, this->slot] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 4/ { @zx4[this->pool, this->spa, this->slot] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 5/ { @zx5[this->pool, this->spa, this->slot] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 6/ { @zx6[this->pool, this->spa, this->slot] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 7/ { @zx7[this->pool, this->spa, this->slot] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 8/ { @zx8[this->pool, this->spa, this->slot] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 9/ { @zx9[this->pool, this->spa, this->slot] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 10/ { @zx10[this->pool, this->spa, this->slot] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 11/ { @zx11[this->pool, this->spa, this->slot] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 12/ { @zx12[this->pool, this->spa, this->slot] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 13/ { @zx13[this->pool, this->spa, this->slot] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 14/ { @zx14[this->pool, this->spa, this->slot] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 15/ { @zx15[this->pool, this->spa, this->slot] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 16/ { @zx16[this->pool, this->spa, this->slot] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 17/ { @zx17[this->pool, this->spa, this->slot] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 18/ { @zx18[this->pool, this->spa, this->slot] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 19/ { @zx19[this->pool, this->spa, this->slot] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 20/ { @zx20[this->pool, this->spa, this->slot] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 21/ { @zx21[this->pool, this->spa, this->slot] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 22/ { @zx22[this->pool, this->spa, this->slot] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 23/ { @zx23[this->pool, this->spa, this->slot] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 24/ { @zx24[this->pool, this->spa, this->slot] = count(); }
-fbt::zil_itx_assign:entry /this->on && this->slot == 25/ { @zx25[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->tx == 0/ { @zx0[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->tx == 1/ { @zx1[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->tx == 2/ { @zx2[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->tx == 3/ { @zx3[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->tx == 4/ { @zx4[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->tx == 5/ { @zx5[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->tx == 6/ { @zx6[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->tx == 7/ { @zx7[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->tx == 8/ { @zx8[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->tx == 9/ { @zx9[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->tx == 10/ { @zx10[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->tx == 11/ { @zx11[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->tx == 12/ { @zx12[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->tx == 13/ { @zx13[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->tx == 14/ { @zx14[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->tx == 15/ { @zx15[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->tx == 16/ { @zx16[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->tx == 17/ { @zx17[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->tx == 18/ { @zx18[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->tx == 19/ { @zx19[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->tx == 20/ { @zx20[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->tx == 21/ { @zx21[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->tx == 22/ { @zx22[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->tx == 23/ { @zx23[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->tx == 24/ { @zx24[this->pool, this->spa, this->slot] = count(); }
+fbt::zil_itx_assign:entry /this->on && this->tx == 25/ { @zx25[this->pool, this->spa, this->slot] = count(); }
 
 /* One call per log block issued; zilstat's N-Bytes (lwb_nused) and B-Bytes (lwb_sz). */
 fbt::zil_lwb_write_issue:entry
