@@ -75,6 +75,9 @@ def misses(out: Path, cap: str = "dtrace-d", probe: str | None = None) -> int:
 def test_the_skipped_runs_are_in_the_capture(run):
     # zfsobs reads them at its stop, after bpftool's reading: never fewer
     assert misses(run) >= bpftool_misses(run), (skipped(run), bpftool_misses(run))
+    # and says what else the preemptions behind them cost (firings DTrace blocks, uncounted)
+    said = (run / "dtrace" / "d.err").read_text()
+    assert ("DTrace 2.0 then also drops firings" in said) == (misses(run) > 0), said
 
 
 def test_dtrace_records_every_metric_the_release_has(run):
