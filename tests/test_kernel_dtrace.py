@@ -177,7 +177,11 @@ def test_the_queues_agree_within_their_bounds(run):
     leaves an I/O in the queue for good; a blocked one says nothing, but the same preemption
     would have cost the other scripts too)."""
     bt, d = (summary(run, c)["summary"]["vdev_queue"][POOL] for c in ("dtrace", "dtrace-d"))
-    assert {c: q["vdevs"] for c, q in d.items()} == {c: q["vdevs"] for c, q in bt.items()}
+    # the classes the workload drives (hundreds of I/Os each; async reads were 3 in a run, which a
+    # lost firing, or D's longer window, could make 1 or 4)
+    busy = {c for c, q in bt.items() if q["enq"] >= 100}
+    assert busy >= {"sync_read", "sync_write", "async_write"}, bt
+    assert {c: d[c]["vdevs"] for c in busy} == {c: bt[c]["vdevs"] for c in busy}, (d, bt)
     for name, q in (("bpftrace", bt), ("dtrace", d)):
         for cls, row in q.items():
             assert 1 <= row["act_max"] <= max(row["max_active"]), (name, cls, row)
