@@ -25,7 +25,6 @@ from zfsobs.sources.stop_marker import StopMarker
 from zfsobs.targets.target import Target
 from zfsobs.sources.d_slots import DSlots, DumpTotals, dump_totals, wanted as slot_totals
 from zfsobs.sources.end_maps import EndMaps
-from zfsobs.sources.pipe_lines import pipe_lines
 from zfsobs.sources.vq_dumps import VqDumps
 
 _LOST_RE = re.compile(r"^Lost (\d+) events")     # stdout up to bpftrace 0.23, stderr from 0.24
@@ -207,8 +206,8 @@ class BpftraceSource:
                 f.write(r.text + (self._marker.probe() if self._marker else ""))
             with whole():     # a Ctrl-C inside Popen would leave a child that close() never sees
                 proc = subprocess.Popen(self.command(path), stdout=subprocess.PIPE, env=_BPFTRACE_ENV,
-                                        stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,     # read by pipe_lines
-                                        preexec_fn=_child_setup, start_new_session=True)
+                                        stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                                        bufsize=1, preexec_fn=_child_setup, start_new_session=True)
                 self._procs.append((r.name, proc))
             self._stderr[r.name] = []
             for stream, is_err in ((proc.stdout, False), (proc.stderr, True)):
@@ -231,7 +230,8 @@ class BpftraceSource:
             dumps = EndMaps()
         elif slot_totals(text):
             dumps = DSlots()
-        for raw in pipe_lines(stream):
+        for raw in stream:
+            raw = raw.rstrip("\n")
             if is_err:
                 if self.lost_re.match(raw):     # bpftrace 0.24+; dtrace's drops
                     self._take_line(name, raw)
