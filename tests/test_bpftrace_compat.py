@@ -59,6 +59,28 @@ def test_lost_events_on_stderr_are_counted(monkeypatch, tmp_path):
     assert src._stderr["txg"] == []
 
 
+def test_a_byte_that_is_not_utf8_costs_only_itself(monkeypatch, tmp_path):
+    """A vdev path or pool name is bytes to the kernel: one that is not UTF-8 once ended the
+    probe's reader thread (UnicodeDecodeError), and every line after it was never read."""
+    fake = tmp_path / "bpftrace"
+    fake.write_text("#!/bin/sh\n[ \"$1\" = --version ] && { echo bpftrace v0.27.1; exit 0; }\n"
+                    "echo 'zfsobs 1 hello 5 probe=txg target=libzpool'\n"
+                    "printf 'zfsobs 1 vq_id 6 pool=p path=/dev/d\\377\\n'\n"
+                    "echo 'zfsobs 1 txg 7 pool=p pid=1 txg=9 start=1 sync_ns=2'\nexec sleep 30\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("ZFSOBS_BPFTRACE", str(fake))
+    src = source.BpftraceSource(libzpool(), probes=("txg",)).start()
+    try:
+        lines, deadline = [], time.time() + 10
+        while not any(" txg 7 " in line for line in lines) and time.time() < deadline:
+            lines += src.poll(0.2)
+    finally:
+        for pid in src.pids.values():
+            os.killpg(pid, signal.SIGKILL)
+        src.close()
+    assert "zfsobs 1 vq_id 6 pool=p path=/dev/d\ufffd" in lines and any(" txg 7 " in line for line in lines), lines
+
+
 def test_no_kprobe_pair_becomes_a_session_program():
     """bpftrace 0.26+ merges an exact kprobe:X/kretprobe:X pair into one kprobe session program
     (bpftrace#5176): both bodies on one 512-byte stack, too much for zil's and throttle's spa_sync on
