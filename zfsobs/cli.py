@@ -186,7 +186,7 @@ def _record(args) -> int:
     print(f"zfsobs: recorded {session.pipeline.kept} events ({txgs} txgs, {parser.malformed} malformed, "
           f"{session.model.lost} lost) in {time.monotonic() - started:.1f} s to {args.record} "
           f"({session.capture.bytes} bytes); stopped: {session.reason}", file=sys.stderr)
-    if session.source.tracer == "dtrace" and session.model.lost:
+    if session.source.tracer == "dtrace" and session.skipped:
         # the preemptions that skipped runs also make DTrace 2.0 block firings it counts nowhere
         print("zfsobs: note: dtrace's programs were preempted while running; DTrace 2.0 then also drops "
               "firings it does not count, so D's counts may be a little low (docs/illumos.md, "

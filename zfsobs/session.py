@@ -43,6 +43,7 @@ class Session:
         self.command: subprocess.Popen | None = None
         self.pending: list[str] = []
         self.reason = ""
+        self.skipped = 0            # runs of the probes' programs the kernel skipped (read at the stop)
         self.error = ""      # the exception that ended the session, if one did (the trailer's `error`)
 
     def __enter__(self) -> "Session":
@@ -174,6 +175,7 @@ class Session:
             # skipped are counts the probes never made: said as lost events
             for name, count in self.cost.skipped().items():
                 if count > 0:
+                    self.skipped += count
                     self.pipeline.feed_line(format_line("lost", time.monotonic_ns(),
                                                         {"count": count, "probe": name, "cause": "skipped"}))
             for line in self.source.finish():
