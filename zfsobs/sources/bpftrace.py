@@ -59,10 +59,6 @@ if os.path.exists("/sys/kernel/btf/vmlinux"):
 # The oldest bpftrace the probes are tested with (Debian 12's); older ones lack what they use
 # (while loops, reg("ip") in uprobes, the casts and printf widths), and fail in ways that read badly.
 MIN_BPFTRACE = (0, 17, 0)
-# a tracer's output, read a line at a time by _pump; a byte that is not UTF-8 (a path, a pool name)
-# becomes U+FFFD rather than an exception that would end that probe's reader for good
-PIPES = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, bufsize=1,
-             errors="replace")
 POLL_S = 0.02       # how often poll() looks for lines while none have come
 PREFIX = "zfsobs-probes-"   # the rendered scripts' temp directory, removed once bpftrace has read them
 
@@ -209,8 +205,12 @@ class BpftraceSource:
             with open(path, "w") as f:
                 f.write(r.text + (self._marker.probe() if self._marker else ""))
             with whole():     # a Ctrl-C inside Popen would leave a child that close() never sees
-                proc = subprocess.Popen(self.command(path), env=_BPFTRACE_ENV, **PIPES,
-                                        preexec_fn=_child_setup, start_new_session=True)
+                # errors: a byte that is not UTF-8 (a path, a pool name) becomes U+FFFD, not an
+                # exception that would end that probe's reader thread for good
+                proc = subprocess.Popen(self.command(path), stdout=subprocess.PIPE, env=_BPFTRACE_ENV,
+                                        stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                                        errors="replace", bufsize=1, preexec_fn=_child_setup,
+                                        start_new_session=True)
                 self._procs.append((r.name, proc))
             self._stderr[r.name] = []
             for stream, is_err in ((proc.stdout, False), (proc.stderr, True)):
