@@ -36,48 +36,46 @@ def test_zfsobs_bpftrace_names_the_binary(monkeypatch, tmp_path):
     assert source.bpftrace_path() is None
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not find_libraries(), reason="needs root and a libzpool")
-def test_lost_events_on_stderr_are_counted(monkeypatch, tmp_path):
-    """bpftrace 0.24+ says "Lost N events" (and "Attached N probes") on stderr, not stdout."""
+FAKE_HEAD = "#!/bin/sh\n[ \"$1\" = --version ] && { echo bpftrace v0.27.1; exit 0; }\n"
+needs_lab = pytest.mark.skipif(os.geteuid() != 0 or not find_libraries(), reason="needs root and a libzpool")
+
+
+def fake_run(monkeypatch, tmp_path, body: str, until: str):
+    """A fake bpftrace that runs `body` (sh) as the txg probe: (the source, its lines up to the first
+    holding `until`)."""
     fake = tmp_path / "bpftrace"
-    fake.write_text("#!/bin/sh\n[ \"$1\" = --version ] && { echo bpftrace v0.27.1; exit 0; }\n"
-                    "echo 'Attached 9 probes' >&2\necho 'zfsobs 1 hello 5 probe=txg target=libzpool'\n"
-                    "echo 'Lost 7 events' >&2\nexec sleep 30\n")
+    fake.write_text(FAKE_HEAD + body + "exec sleep 30\n")
     fake.chmod(0o755)
     monkeypatch.setenv("ZFSOBS_BPFTRACE", str(fake))
     src = source.BpftraceSource(libzpool(), probes=("txg",)).start()
     try:
         lines, deadline = [], time.time() + 10
-        while not any(" lost " in line for line in lines) and time.time() < deadline:
+        while not any(until in line for line in lines) and time.time() < deadline:
             lines += src.poll(0.2)
     finally:
         for pid in src.pids.values():       # the fake has no stop probe
             os.killpg(pid, signal.SIGKILL)
         src.close()
+    return src, lines
+
+
+@needs_lab
+def test_lost_events_on_stderr_are_counted(monkeypatch, tmp_path):
+    """bpftrace 0.24+ says "Lost N events" (and "Attached N probes") on stderr, not stdout."""
+    src, lines = fake_run(monkeypatch, tmp_path, "echo 'Attached 9 probes' >&2\n"
+                          "echo 'zfsobs 1 hello 5 probe=txg target=libzpool'\necho 'Lost 7 events' >&2\n", " lost ")
     events = [ev for ev in map(Parser().parse, lines) if ev]
     assert [ev.fields for ev in events if ev.kind == "lost"] == [{"count": 7, "probe": "txg"}]
     assert src._stderr["txg"] == []
 
 
+@needs_lab
 def test_a_byte_that_is_not_utf8_costs_only_itself(monkeypatch, tmp_path):
     """A vdev path or pool name is bytes to the kernel: one that is not UTF-8 once ended the
     probe's reader thread (UnicodeDecodeError), and every line after it was never read."""
-    fake = tmp_path / "bpftrace"
-    fake.write_text("#!/bin/sh\n[ \"$1\" = --version ] && { echo bpftrace v0.27.1; exit 0; }\n"
-                    "echo 'zfsobs 1 hello 5 probe=txg target=libzpool'\n"
-                    "printf 'zfsobs 1 vq_id 6 pool=p path=/dev/d\\377\\n'\n"
-                    "echo 'zfsobs 1 txg 7 pool=p pid=1 txg=9 start=1 sync_ns=2'\nexec sleep 30\n")
-    fake.chmod(0o755)
-    monkeypatch.setenv("ZFSOBS_BPFTRACE", str(fake))
-    src = source.BpftraceSource(libzpool(), probes=("txg",)).start()
-    try:
-        lines, deadline = [], time.time() + 10
-        while not any(" txg 7 " in line for line in lines) and time.time() < deadline:
-            lines += src.poll(0.2)
-    finally:
-        for pid in src.pids.values():
-            os.killpg(pid, signal.SIGKILL)
-        src.close()
+    _, lines = fake_run(monkeypatch, tmp_path, "echo 'zfsobs 1 hello 5 probe=txg target=libzpool'\n"
+                        "printf 'zfsobs 1 vq_id 6 pool=p path=/dev/d\\377\\n'\n"
+                        "echo 'zfsobs 1 txg 7 pool=p pid=1 txg=9 start=1 sync_ns=2'\n", " txg 7 ")
     assert "zfsobs 1 vq_id 6 pool=p path=/dev/d\ufffd" in lines and any(" txg 7 " in line for line in lines), lines
 
 
