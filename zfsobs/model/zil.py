@@ -22,6 +22,7 @@ ITX_TYPES = 26           # tx0..tx24 and txother
 LAT_BUCKETS = 50         # two zil_lat segments of 25
 SEGMENT = 25
 FLOW_KEEP_NS = 600 * 10**9
+ORDER_NS = 10 * 10**9     # how far out of time order a ZIL line may arrive (the flow's walk back)
 KEEP = 5000              # rows kept per pool (a report hands older ones to its ledger)
 SETTLED = 16             # rows newer than a final row before its per-CPU parts are dropped
 SAME_SYNC_NS = 50 * 10**6   # the zil and txg probes see one spa_sync entry within microseconds
@@ -146,7 +147,18 @@ class PoolZil:
         return [r for r in self.order if r.last_ts >= since_ns]
 
     def bytes_between(self, start_ns: int, end_ns: int, name: str = "nused") -> int:
-        return sum(d[name] for ts, d in self.flow if start_ns < ts <= end_ns)
+        return sum(d[name] for ts, d in self._since(start_ns) if ts <= end_ns)
+
+    def _since(self, start_ns: int):
+        """The flow's entries after start_ns, newest first: a frame asks for the last minute of ten
+        (a busy pool's tens of thousands of entries), and lines arrive in their time's order but
+        for the CPUs' buffers, so one ORDER_NS older than the start ends the walk."""
+        for ts, d in reversed(self.flow):
+            if ts <= start_ns:
+                if ts <= start_ns - ORDER_NS:
+                    return
+                continue
+            yield ts, d
 
     def add_flow(self, ts: int, delta: Counter) -> None:
         self.flow.append((ts, delta))
@@ -170,8 +182,8 @@ class PoolZil:
     def max_rate(self, start_ns: int, end_ns: int, name: str = "nused") -> float:
         """The busiest whole second inside (start, end]: zilstat's Max-Rate."""
         per_second: Counter = Counter()
-        for ts, d in self.flow:
-            if start_ns < ts <= end_ns:
+        for ts, d in self._since(start_ns):
+            if ts <= end_ns:
                 per_second[(ts - start_ns) // 10**9] += d[name]
         return float(max(per_second.values(), default=0))
 
