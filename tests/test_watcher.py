@@ -106,3 +106,37 @@ def test_options_file_replaces_or_appends_a_gvar(tmp_path, zfs):
     with pytest.raises(ZfsobsError, match="at most 10"):
         opts.set("zfs_one_more", 1)
     opts.close()
+
+
+def test_a_scan_reads_no_process_maps_twice(monkeypatch):
+    """The lab's watcher scans /proc every 2 s for the newest process of the library: what a scan
+    found per process (by its start time: a pid can come back as another process) is kept, so a
+    process's maps (ztest's run to megabytes) are read once, not at every scan. On a real process."""
+    import subprocess
+    import time
+
+    from zfsobs.labs import procmem
+    from zfsobs.sources import watcher
+
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        deadline = time.monotonic() + 10
+        while not (libc := [m for _, off, m in procmem._maps(child.pid) if "/libc." in m and off == 0]):
+            assert time.monotonic() < deadline, "sleep never mapped libc"
+            time.sleep(0.01)      # its exec is still under way
+        libc = libc[0]
+        only = lambda pid: pid == child.pid      # noqa: E731 - as the lab keeps to its ztest passes
+        known: dict = {}
+        assert watcher.library_pids(libc, only, known) == [child.pid] and child.pid in known
+        reads = []
+        real = watcher.load_base
+        monkeypatch.setattr(watcher, "load_base", lambda pid, path: reads.append(pid) or real(pid, path))
+        assert watcher.library_pids(libc, only, known) == [child.pid] and reads == []
+        # the same pid with another start time is another process: read again
+        known[child.pid] = (known[child.pid][0] - 1, False)
+        assert watcher.library_pids(libc, only, known) == [child.pid] and reads == [child.pid]
+        assert watcher.library_pids("/nonexistent/libzpool.so", only, {}) == []
+    finally:
+        child.kill()
+        child.wait()
+    assert watcher.library_pids(libc, only, known) == [] and known == {}

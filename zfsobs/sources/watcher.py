@@ -55,21 +55,36 @@ def _uptime() -> float:
         return float(f.read().split()[0])
 
 
-def library_pids(path: str, only: Callable[[int], bool] | None = None) -> list[int]:
-    """Processes that map the library (and pass `only`), oldest first."""
+def library_pids(path: str, only: Callable[[int], bool] | None = None,
+                 known: dict[int, tuple[float, bool]] | None = None) -> list[int]:
+    """Processes that map the library (and pass `only`), oldest first. `known` keeps what a scan
+    found per process (its start time and whether it maps the library), so the next scan reads no
+    process's maps twice: ztest's run to a few MB (most of a scan's time on the lab)."""
     started = {}
+    uptime = _uptime()
 
     def maps_it(pid: int) -> bool:
         if only is not None and not only(pid):
             return False
+        started[pid] = at = _started(pid)
+        hit = known.get(pid) if known is not None else None
+        if hit is not None and hit[0] == at:      # the same process (a pid is reused with another start)
+            return hit[1]
         try:
             load_base(pid, path)
+            ok = True
         except (Gone, ZfsobsError):       # gone, or one we may not read: not ours to watch
-            return False
-        started[pid] = _started(pid)
-        return True
+            ok = False
+        # a young process may not have mapped it yet (an exec in progress): asked again next time
+        if known is not None and (ok or uptime - at >= SETTLE_S):
+            known[pid] = (at, ok)
+        return ok
 
-    return sorted(scan(maps_it), key=started.__getitem__)
+    found = scan(maps_it)
+    if known is not None:
+        for pid in set(known) - set(started):
+            del known[pid]
+    return sorted(found, key=started.__getitem__)
 
 
 class ProcessReader:
@@ -81,9 +96,10 @@ class ProcessReader:
         self.names = [t.name for t in TABLE if _is_global(target, t.name)]
         self.open: ProcessGlobals | None = None
         self.scanned = 0.0
+        self.known: dict[int, tuple[float, bool]] = {}     # library_pids' findings, kept
 
     def read(self) -> tuple[int, dict[str, int]] | None:
-        # /proc is scanned again only every RESCAN_S (about 1 ms a scan); the open process is read
+        # /proc is scanned again only every RESCAN_S (no process's maps read twice); the open process is read
         # at every poll, and a new one is looked for at once when it ends
         if self.open is not None and time.monotonic() - self.scanned < RESCAN_S:
             try:
@@ -92,7 +108,7 @@ class ProcessReader:
                 pass
         self.scanned = time.monotonic()
         uptime = _uptime()
-        for pid in reversed(library_pids(self.target.path, self.only)):
+        for pid in reversed(library_pids(self.target.path, self.only, self.known)):
             try:
                 if uptime - _started(pid) < SETTLE_S:
                     continue
