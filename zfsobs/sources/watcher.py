@@ -59,7 +59,7 @@ def library_pids(path: str, only: Callable[[int], bool] | None = None,
                  known: dict[int, tuple[float, bool]] | None = None) -> list[int]:
     """Processes that map the library (and pass `only`), oldest first. `known` keeps what a scan
     found per process (its start time and whether it maps the library), so the next scan reads no
-    process's maps twice: ztest's run to a few MB (most of a scan's time on the lab)."""
+    process's maps twice: ztest's run to hundreds of lines (most of a scan's time on the lab)."""
     started = {}
     uptime = _uptime()
 
