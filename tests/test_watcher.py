@@ -111,7 +111,7 @@ def test_options_file_replaces_or_appends_a_gvar(tmp_path, zfs):
 def test_a_scan_reads_no_process_maps_twice(monkeypatch):
     """The lab's watcher scans /proc every 2 s for the newest process of the library: what a scan
     found per process (by its start time: a pid can come back as another process) is kept, so a
-    process's maps (ztest's run to megabytes) are read once, not at every scan. On a real process."""
+    process's maps (ztest's run to hundreds of lines) are read once, not at every scan. On a real process."""
     import subprocess
     import time
 
