@@ -60,11 +60,6 @@ if os.path.exists("/sys/kernel/btf/vmlinux"):
 # (while loops, reg("ip") in uprobes, the casts and printf widths), and fail in ways that read badly.
 MIN_BPFTRACE = (0, 17, 0)
 POLL_S = 0.02       # how often poll() looks for lines while none have come
-# How long the stop waits for the tracers' last output: END runs once every probe is detached, and
-# its maps are the open txgs' counts. In a TCG guest beside another, bpftrace's END came 4.7 s after
-# the stop (CI lost a tail run's open txg at the old 5 s); dtrace's aggregations took 25 s (issue
-# 27). A second Ctrl-C cuts the wait short; on a real machine it is a second or less.
-FINISH_S = 30.0
 PREFIX = "zfsobs-probes-"   # the rendered scripts' temp directory, removed once bpftrace has read them
 
 
@@ -322,7 +317,7 @@ class BpftraceSource:
     def attached(self) -> bool:
         return len(self._attached) == len(self._procs)
 
-    def finish(self, timeout: float = FINISH_S) -> list[str]:
+    def finish(self, timeout: float = 5.0) -> list[str]:
         """Stop the probes and return every line they still had: what the kernel's buffers held and
         bpftrace had not printed yet (e.g. the final counts of a process that just exited). The stop
         makes bpftrace print what is buffered, run END and exit; its pipes then reach EOF."""
