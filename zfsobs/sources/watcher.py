@@ -55,8 +55,7 @@ def _uptime() -> float:
         return float(f.read().split()[0])
 
 
-def library_pids(path: str, only: Callable[[int], bool] | None = None,
-                 known: dict[int, tuple[float, bool]] | None = None) -> list[int]:
+def library_pids(path: str, only: Callable[[int], bool] | None, known: dict[int, tuple[float, bool]]) -> list[int]:
     """Processes that map the library (and pass `only`), oldest first. `known` keeps what a scan
     found per process (its start time and whether it maps the library), so the next scan reads no
     process's maps twice: ztest's run to hundreds of lines (most of a scan's time on the lab)."""
@@ -67,7 +66,7 @@ def library_pids(path: str, only: Callable[[int], bool] | None = None,
         if only is not None and not only(pid):
             return False
         started[pid] = at = _started(pid)
-        hit = known.get(pid) if known is not None else None
+        hit = known.get(pid)
         if hit is not None and hit[0] == at:      # the same process (a pid is reused with another start)
             return hit[1]
         try:
@@ -76,14 +75,13 @@ def library_pids(path: str, only: Callable[[int], bool] | None = None,
         except (Gone, ZfsobsError):       # gone, or one we may not read: not ours to watch
             ok = False
         # a young process may not have mapped it yet (an exec in progress): asked again next time
-        if known is not None and (ok or uptime - at >= SETTLE_S):
+        if ok or uptime - at >= SETTLE_S:
             known[pid] = (at, ok)
         return ok
 
     found = scan(maps_it)
-    if known is not None:
-        for pid in set(known) - set(started):
-            del known[pid]
+    for pid in set(known) - set(started):
+        del known[pid]
     return sorted(found, key=started.__getitem__)
 
 
