@@ -203,7 +203,7 @@ class BpftraceSource:
         for r in self.rendered:
             path = os.path.join(self._dir, r.name + ".bt")
             with open(path, "w") as f:
-                f.write(r.text + (self._marker.probe() if self._marker else ""))
+                f.write(r.text + (self._marker.probe(r.text) if self._marker else ""))
             with whole():     # a Ctrl-C inside Popen would leave a child that close() never sees
                 # errors: a byte that is not UTF-8 (a path, a pool name) becomes U+FFFD, not an
                 # exception that would end that probe's reader thread for good
@@ -330,8 +330,10 @@ class BpftraceSource:
             for name, dumps in self._dumps.items():
                 for line in dumps.flush():
                     self._take_line(name, line)
-        self._stop_ns = time.monotonic_ns()
+        # the stop's time is read once the stop probe has run (it returns when getpgid does): a
+        # line a probe stamped before it saw the stop flag (zil.bt's spa_sync) is then never late
         self._ask_stop()
+        self._stop_ns = time.monotonic_ns()
         deadline = time.monotonic() + timeout
         for pump in self._pumps:
             pump.join(max(0.0, deadline - time.monotonic()))

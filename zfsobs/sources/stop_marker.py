@@ -32,10 +32,13 @@ class StopMarker:
         self.pid = os.getpid()
         self.token = random.randrange(_PID_MAX_LIMIT + 1, 1 << 31)
 
-    def probe(self) -> str:
-        """The probe block to append to a bpftrace script."""
+    def probe(self, script: str = "") -> str:
+        """The probe block to append to SCRIPT. One that keeps a @stopping map gets it set first: its
+        probes still fire while bpftrace detaches them before END, and what they print then is lost
+        (zil.bt leaves a txg's final flush to END once stopping)."""
+        flag = "    @stopping = 1;\n" if "@stopping" in script else ""
         return (f"\nuprobe:{libc_path()}:getpgid /pid == {self.pid} && (arg0 & 0xffffffff) == {self.token}/\n"
-                "{\n    exit();\n}\n")
+                "{\n" + flag + "    exit();\n}\n")
 
     def fire(self) -> None:
         """Every bpftrace carrying probe() exits: END runs and prints, then the process ends."""
