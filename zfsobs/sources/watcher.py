@@ -108,7 +108,7 @@ class ProcessReader:
         uptime = _uptime()
         for pid in reversed(library_pids(self.target.path, self.only, self.known)):
             try:
-                if uptime - _started(pid) < SETTLE_S:
+                if uptime - self.known[pid][0] < SETTLE_S:      # its start time, as the scan read it
                     continue
                 if self.open is None or self.open.pid != pid:
                     if self.open is not None:
