@@ -3,11 +3,11 @@ emulation: a dump printed after the probes were back on its set, whose clear too
 never printed, and that queue's mean depth read -0.76 for the rest of the run).
 
 A real lab run, its vdev_queue bpftrace starved: stopped, then let run 3 ms in each 2.05 s for 12 s
-(a stop of 8 ticks: the probes come back to the set they left 5 ticks later).
+(a stop of 4 ticks; six stops: the probes come back to a set only once bpftrace printed it).
 The probes go back to a set only once bpftrace has cleared it (probes/linux/vdev_queue.bt), so they
 are held on their set instead, and no depth change is lost: at each vdev's last line before ZFS
 frees it (idle), the time still counted in flight is at most its depth times the longest device
-(or queue) time it had, plus a turn of the six sets (1.5 s: a completion's -1 can sit in a set
+(or queue) time it had, plus a turn of the six sets (3 s: a completion's -1 can sit in a set
 printed after the line). A lost +1 or -1 breaks that for ever: the probe of a09c503 left an active
 depth stuck at 1, 946 s in flight on a vdev whose I/Os took ms."""
 from __future__ import annotations
@@ -30,7 +30,7 @@ from zfsobs.model.vdev_queue import lat_bounds
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(bool(lab_ready()), reason=lab_ready() or "ok")]
 
 ZFSOBS = [sys.executable, "-m", "zfsobs"]
-TURN_NS = 6 * 250_000_000      # the probe's six sets, 250 ms each
+TURN_NS = 6 * 500_000_000      # the probe's six sets, 500 ms each
 
 
 def starve(pids: list[int]) -> None:

@@ -34,7 +34,7 @@ _NOISE = ("couldn't set RLIMIT_MEMLOCK", "Error while reading traceable function
 DEFAULT_PROBES = ("txg", "zil", "vdev_queue", "vdev_cache", "throttle")
 # A probe that prints its counts as timed dumps of bpftrace maps (zfsobs/sources/vq_dumps.py), and how long
 # the stop waits at most for dumps that cover it: a set is printed 450 ms after the probes leave it,
-# on the next 250 ms tick (~1 s), longer when bpftrace lags.
+# on the next 500 ms tick (~1 to 1.5 s), longer when bpftrace lags.
 _DUMPS, DUMP_DRAIN_S = "zfsobs 1 vq_dump ", 5.0
 # A probe whose END prints maps for zfsobs to make its last lines of (zfsobs/sources/end_maps.py)
 _END_MAPS = "zfsobs 1 end_maps "

@@ -1,7 +1,7 @@
 """The vdev_queue probe's dumps into the vq, vq_lat and vq_vdev lines of docs/events.md.
 
 The probe (probes/linux/vdev_queue.bt) counts in bpftrace's per-CPU sum()/max() maps and prints
-one of six sets of them every 250 ms (longer when bpftrace falls behind), as bpftrace prints maps: a
+one of six sets of them every 500 ms (longer when bpftrace falls behind), as bpftrace prints maps: a
 `@vq_n1[pid, vd, class, slot]: value` line per key, between a `vq_dump` and a `vq_dump_end` line.
 bpftrace has already added up the CPUs; the sums are what happened in the set's time. This adds them up over time, per vdev and class, and
 writes the cumulative lines the rest of zfsobs reads. Its other lines pass through unchanged."""
@@ -17,7 +17,7 @@ SLOTS = ("enq", "enq_bytes", "issued", "merged", "aggs", "done", "done_bytes", "
 PEND, ACT, PEND_US, ACT_US = 12, 13, 14, 15
 WAIT_HIST, DEV_HIST, BUCKETS = 32, 64, 24
 MASK = (1 << 64) - 1
-EMIT_NS = 450_000_000      # lines per vdev at most every 0.5 s (two 250 ms dumps; a timer's jitter)
+EMIT_NS = 400_000_000      # lines per vdev at most a dump's time apart (500 ms; less a late tick's jitter)
 # the kinds the probe prints for this module only, and the lines (with their fields) made of them
 OWN = frozenset({"vq_id", "vq_free", "vq_dump", "vq_dump_end"})
 LINES = {"vq": ("pool", "pid", "vd", "class", "final", "pend", "act", "pend_ns", "act_ns", "pend_max",
@@ -181,8 +181,8 @@ class VqDumps:
             self.dirty.update(k for k in self.sums if k[:3] in final)
         if not end:
             return []
-        # a vdev's lines at most every EMIT_NS, as the probe's own flushes came: half the lines of
-        # one per dump; what changed meanwhile waits for the next dump that has a line
+        # a vdev's lines at most every EMIT_NS of the dumps' times (a tick that fired late is followed
+        # by one on time); what changed meanwhile waits for the next dump that has a line
         due = {k[:3] for k in self.dirty if every or k[:3] in final or end - self.emitted.get(k[:3], 0) >= EMIT_NS}
         # a vdev_t allocated again at a freed one's address waits until the old one's final lines are
         # out: lines of both at one time would carry the same (pid, vd)
