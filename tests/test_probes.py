@@ -105,6 +105,20 @@ def test_zil_rendering_expands_its_flush_at_each_site_and_compiles(tmp_path):
     compiles(r.text, tmp_path)
 
 
+def test_the_stop_probe_sets_zils_stopping_flag_and_compiles(tmp_path):
+    """zfsobs's stop probe sets @stopping in a script that names it (zil.bt) before exit(): zil's
+    spa_sync then leaves the txg to END, as bpftrace drops what probes print while it detaches
+    them (docs/events.md, bye). A script without the map gets a stop probe without it."""
+    from zfsobs.sources.stop_marker import StopMarker
+    marker, zil, txg = StopMarker(), render("zil", libzpool()), render("txg", libzpool())
+    stop = marker.probe(zil.text)
+    assert stop.index("@stopping = 1;") < stop.index("exit();")
+    code = code_lines(zil.text)
+    assert code[code.index("uprobe:" + libzpool().path + ":spa_sync") + 1] == "/@stopping == 0/"
+    assert "@stopping" not in marker.probe(txg.text)
+    compiles(zil.text + stop, tmp_path)
+
+
 def test_zil_without_the_struct_layout_is_unavailable_not_fatal():
     with pytest.raises(ZfsobsError, match="struct layout of kernel 2.1.11 unknown"):
         render("zil", kernel_target(ZIL_FUNCS))
