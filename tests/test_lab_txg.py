@@ -14,6 +14,7 @@ import pytest
 from conftest import lab_ready, lab_run, still_running, truth_running, txg_rows_in, ztest_lived
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser
+from zfsobs.procs import holds, scan
 from zfsobs.targets.target import libzpool
 
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(bool(lab_ready()), reason=lab_ready() or "ok")]
@@ -236,5 +237,12 @@ def test_a_capture_killed_with_sigkill_stays_readable(tmp_path):
     # no cleanup of ours outlives SIGKILL: the next lab removes the files this one left
     left = captured.meta["lab"]["dir"]
     assert os.path.isdir(left)
+    held = scan(lambda pid: holds(pid, (left + os.sep,)))     # ztest's pass process, if its pass goes on
     res = subprocess.run(ZFSOBS + ["lab", "--duration", "1"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and not os.path.exists(left), res.stderr
+    # nor what still ran there: the next lab stops it first (no parent-death signal reaches the pass
+    # process ztest forked; one ran on 38 minutes after a CI run of this test)
+    deadline = time.time() + 30
+    while (alive := [pid for pid in held if os.path.exists(f"/proc/{pid}")]) and time.time() < deadline:
+        time.sleep(0.5)
+    assert not alive, (held, alive)
