@@ -140,3 +140,48 @@ def test_a_scan_reads_no_process_maps_twice(monkeypatch):
         child.kill()
         child.wait()
     assert watcher.library_pids(libc, only, known) == [] and known == {}
+
+
+def test_a_process_gone_before_it_opens_leaves_none_open(monkeypatch):
+    """The lab's ztest passes come and go: the open one ends, the scan finds a newer one, and that
+    one is gone before its memory opens. The reader then holds no process, not the closed file of
+    the old one (read at the next poll: "ValueError: I/O operation on closed file", an internal
+    error that ended a side-by-side recorder at its SIGINT, 2026-11-29)."""
+    from zfsobs.labs.procmem import Gone
+    from zfsobs.sources import watcher
+
+    class Globals:
+        """A process's memory as a file: reading it once closed raises as a closed file does."""
+        def __init__(self, pid, target):
+            if pid in gone:
+                raise Gone(pid)
+            self.pid, self.closed = pid, False
+
+        def read(self, name):
+            if self.closed:
+                raise ValueError("I/O operation on closed file")
+            if self.pid in gone:
+                raise Gone(self.pid)
+            return 7
+
+        def close(self):
+            self.closed = True
+
+    gone, pids, clock = set(), [1], [100.0]
+    monkeypatch.setattr(watcher, "ProcessGlobals", Globals)
+    monkeypatch.setattr(watcher, "library_pids", lambda path, only, known: known.update(
+        (p, (0.0, True)) for p in pids) or list(pids))
+    monkeypatch.setattr(watcher, "_uptime", lambda: 50.0)
+    monkeypatch.setattr(watcher.time, "monotonic", lambda: clock[0])
+    reader = watcher.ProcessReader(libzpool(), lambda pid: True)
+    reader.names = ["zfs_txg_timeout"]
+    assert reader.read() == (1, {"zfs_txg_timeout": 7})
+    gone.add(1)
+    pids.append(2)
+    gone.add(2)                 # found by the scan, gone before its memory opens
+    assert reader.read() is None and reader.open is None
+    clock[0] += 0.5             # the next poll, before the next scan
+    assert reader.read() is None
+    gone.discard(2)
+    clock[0] += watcher.RESCAN_S
+    assert reader.read() == (2, {"zfs_txg_timeout": 7})

@@ -111,8 +111,7 @@ class ProcessReader:
                 if uptime - self.known[pid][0] < SETTLE_S:      # its start time, as the scan read it
                     continue
                 if self.open is None or self.open.pid != pid:
-                    if self.open is not None:
-                        self.open.close()
+                    self.close()        # before the next opens: one gone meanwhile leaves none open
                     self.open = ProcessGlobals(pid, self.target)
                 return pid, {name: self.open.read(name) for name in self.names}
             except (Gone, OSError):
@@ -122,6 +121,7 @@ class ProcessReader:
     def close(self) -> None:
         if self.open is not None:
             self.open.close()
+            self.open = None
 
 
 def _is_global(target: Target, name: str) -> bool:
