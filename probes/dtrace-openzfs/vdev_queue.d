@@ -18,15 +18,17 @@
  * the dump's round (vq_round, counted per dump) above bit 32, so the newest round's is the
  * largest; zfsobs/sources/d_slots.py DumpTotals makes them the dumps of what moved, and
  * zfsobs/sources/vq_dumps.py the vq, vq_lat and vq_vdev lines of both tracers alike.
- * Per-zio state (when it entered, when it went to the device) is in global arrays keyed by the zio:
- * one zio's events are ordered by the queue's lock. Dynamic variable drops (dtrace says so on
- * stderr) would lose a zio's state: it then counts in unseen at its completion.
+ * Per-zio state (when it entered, when it went to the device, and the vdev, generation, offset and
+ * size that say it is the same zio) is in global arrays keyed by the zio: one zio's events are
+ * ordered by the queue's lock. A firing DTrace dropped, or a dynamic variable drop (dtrace says so
+ * on stderr), loses a zio's event: its state is retired as untracked when the address comes back,
+ * and a completion never seen issued counts in unseen.
  * A flag's value (CONST of its name) is the module's own, put in by zfsobs (zfsobs/targets/d_render.py).
  * Arguments: $$1 a pool name (empty: every pool; the filter is zfsobs's), $2 unused.
  * Probes: fbt::vdev_queue_io:entry fbt::vdev_queue_io:return fbt::zio_vdev_io_reissue:entry fbt::zio_vdev_io_bypass:entry fbt::zio_vdev_delegated_io:return fbt::vdev_queue_io_done:entry fbt::vdev_queue_change_io_priority:entry fbt::vdev_free:entry
  * Requires: fbt::vdev_queue_io:entry fbt::vdev_queue_io:return fbt::vdev_queue_io_done:entry fbt::zio_vdev_io_reissue:entry fbt::zio_vdev_io_bypass:entry
  * Requires constants: ZIO_FLAG_DONT_QUEUE
- * Members: zio.io_vd zio.io_type zio.io_priority zio.io_flags zio.io_size vdev.vdev_queue vdev.vdev_spa vdev.vdev_guid vdev.vdev_path vdev_queue.vq_class vdev_queue.vq_cactive avl_tree.avl_numnodes spa.spa_name
+ * Members: zio.io_vd zio.io_type zio.io_priority zio.io_flags zio.io_size zio.io_offset vdev.vdev_queue vdev.vdev_spa vdev.vdev_guid vdev.vdev_path vdev_queue.vq_class vdev_queue.vq_cactive avl_tree.avl_numnodes spa.spa_name
  * Overhead: ~4 probe hits per queued I/O; output: one dump per 250 ms, a line per key touched.
  */
 #pragma D option quiet
@@ -38,7 +40,15 @@
 
 /* read before the clauses that assign them: D needs them declared first */
 uint64_t vq_pc[uint64_t];
+uint64_t vq_pv[uint64_t];
+uint64_t vq_pg[uint64_t];
+uint64_t vq_po[uint64_t];
+uint64_t vq_ps[uint64_t];
 uint64_t vq_ac[uint64_t];
+uint64_t vq_av[uint64_t];
+uint64_t vq_ag[uint64_t];
+uint64_t vq_ao[uint64_t];
+uint64_t vq_as[uint64_t];
 uint64_t vq_gen[uint64_t];
 uint64_t vq_ft[uint64_t];
 int64_t vq_round;
@@ -48,7 +58,8 @@ dtrace:::BEGIN
 	printf("zfsobs 1 hello %d probe=vdev_queue target=kernel\n", timestamp);
 }
 
-/* A zio enters its class's queue: the class fixed up as vdev_queue_io does, after this probe. */
+/* A zio enters its class's queue: the class fixed up as vdev_queue_io does, after this probe. An
+ * entry this address still holds is a zio gone before: retired below. */
 fbt::vdev_queue_io:entry
 {
 	this->zio = (zio_t *)arg0;
@@ -65,12 +76,125 @@ fbt::vdev_queue_io:entry
 	    this->p != 8 ? 3 : this->p;
 	this->q = this->q && this->p < 9;
 	this->k = (this->g << 4) | this->p;
+	this->rp = this->q && vq_pc[arg0] ? arg0 : 0;
+	this->ra = this->q && vq_ac[arg0] ? arg0 : 0;
+}
+
+/* ISSUED: vdev_queue_io returns the zio to issue now (any queued one; a DONT_QUEUE one is returned
+ * as it came), or NULL; vdev_queue_io_done reissues the next ones. MERGED: a queued zio taken into
+ * an aggregate. The zio must be the one that entered: same vdev, offset and size. */
+fbt::vdev_queue_io:return, fbt::zio_vdev_io_reissue:entry, fbt::zio_vdev_io_bypass:entry
+{
+	this->z = probename == "return" ? arg1 : arg0;
+	this->zio = (zio_t *)this->z;
+	this->e = this->z != 0 ? vq_pc[this->z] : (uint64_t)0;
+	this->same = this->e ? vq_pv[this->z] == (uint64_t)this->zio->io_vd &&
+	    vq_po[this->z] == this->zio->io_offset && vq_ps[this->z] == this->zio->io_size : 0;
+	this->rp = this->e && !this->same ? this->z : 0;
+	this->e = this->same ? this->e : 0;
+	this->merged = probefunc == "zio_vdev_io_bypass";
+	this->ra = this->e && !this->merged && vq_ac[this->z] ? this->z : 0;
+	this->hk = 0;
+}
+
+/* An aggregate I/O: only vdev_queue_aggregate delegates one with DONT_QUEUE set. */
+fbt::zio_vdev_delegated_io:return
+{
+	this->zio = (zio_t *)arg1;
+	this->agg = arg1 != 0 && (this->zio->io_flags & CONST(ZIO_FLAG_DONT_QUEUE)) != 0 &&
+	    (int)this->zio->io_priority < 9;
+	this->rp = this->agg && vq_pc[arg1] ? arg1 : 0;
+	this->ra = this->agg && vq_ac[arg1] ? arg1 : 0;
+}
+
+/* COMPLETES: every leaf I/O, queued or aggregate; one never seen issued (its issue not seen, or
+ * not the zio that was: another vdev, offset or size) counts in unseen. */
+fbt::vdev_queue_io_done:entry
+{
+	this->now = timestamp;
+	this->zio = (zio_t *)arg0;
+	this->vdp = this->zio->io_vd;
+	this->vd = (uint64_t)this->vdp;
+	this->e = vq_ac[arg0];
+	this->same = this->e ? vq_av[arg0] == this->vd && vq_ao[arg0] == this->zio->io_offset &&
+	    vq_as[arg0] == this->zio->io_size : 0;
+	this->ra = this->e && !this->same ? arg0 : 0;
+	this->e = this->same ? this->e : 0;
+	this->rp = vq_pc[arg0] ? arg0 : 0;
+	this->lp = (int)this->zio->io_priority;
+	this->p = this->e ? (int)(this->e & 15) : this->lp;
+	this->k = (vq_gen[this->vd] << 4) | this->p;
+	this->ok = this->e || this->lp < 9;
+	this->hk = 0;
+}
+
+/*
+ * Retire what an address still holds when a new zio uses it: DTrace 2.0 on Linux drops a firing,
+ * uncounted, when another program of the same dtrace is running on that CPU (docs/illumos.md), and
+ * a zio whose issue or completion was dropped would stay pending or active in these counts for good
+ * (a sid guest's burst, 2026-11-29: an async write depth of 178 against a limit of 10) and hand its
+ * class and time to the next zio allocated there. It leaves the depth as untracked (pending) or
+ * untracked_act (active): what the probe could not follow, as bpftrace counts its full maps.
+ */
+fbt::vdev_queue_io:entry, fbt::vdev_queue_io:return, fbt::zio_vdev_io_reissue:entry,
+fbt::zio_vdev_io_bypass:entry, fbt::zio_vdev_delegated_io:return, fbt::vdev_queue_io_done:entry
+/this->rp/
+{
+	this->re = vq_pc[this->rp];
+	this->rv = vq_pv[this->rp];
+	this->rs = vq_ps[this->rp];
+	this->rlive = vq_pg[this->rp] == vq_gen[this->rv];	/* a freed vdev's counts are final */
+	this->rk = (vq_pg[this->rp] << 4) | (this->re & 15);
+	vq_pc[this->rp] = 0;
+	vq_pv[this->rp] = 0;
+	vq_pg[this->rp] = 0;
+	vq_po[this->rp] = 0;
+	vq_ps[this->rp] = 0;
+}
+
+fbt::vdev_queue_io:entry, fbt::vdev_queue_io:return, fbt::zio_vdev_io_reissue:entry,
+fbt::zio_vdev_io_bypass:entry, fbt::zio_vdev_delegated_io:return, fbt::vdev_queue_io_done:entry
+/this->rp && this->rlive/
+{
+	@vq_n[0, this->rv, this->rk, 0] = sum((int64_t)-1);
+	@vq_n[0, this->rv, this->rk, 1] = sum(-(int64_t)this->rs);
+	@vq_n[0, this->rv, this->rk, 12] = sum((int64_t)-1);
+	@vq_n[0, this->rv, this->rk, 14] = sum(-(int64_t)((this->re >> 4) / 1000));
+	@vq_n[0, this->rv, this->rk, 9] = sum((int64_t)1);
+}
+
+fbt::vdev_queue_io:entry, fbt::vdev_queue_io:return, fbt::zio_vdev_io_reissue:entry,
+fbt::zio_vdev_io_bypass:entry, fbt::zio_vdev_delegated_io:return, fbt::vdev_queue_io_done:entry
+/this->ra/
+{
+	this->ae = vq_ac[this->ra];
+	this->av = vq_av[this->ra];
+	this->alive = vq_ag[this->ra] == vq_gen[this->av];
+	this->ak = (vq_ag[this->ra] << 4) | (this->ae & 15);
+	vq_ac[this->ra] = 0;
+	vq_av[this->ra] = 0;
+	vq_ag[this->ra] = 0;
+	vq_ao[this->ra] = 0;
+	vq_as[this->ra] = 0;
+}
+
+fbt::vdev_queue_io:entry, fbt::vdev_queue_io:return, fbt::zio_vdev_io_reissue:entry,
+fbt::zio_vdev_io_bypass:entry, fbt::zio_vdev_delegated_io:return, fbt::vdev_queue_io_done:entry
+/this->ra && this->alive/
+{
+	@vq_n[0, this->av, this->ak, 13] = sum((int64_t)-1);
+	@vq_n[0, this->av, this->ak, 15] = sum(-(int64_t)((this->ae >> 4) / 1000));
+	@vq_n[0, this->av, this->ak, 10] = sum((int64_t)1);
 }
 
 fbt::vdev_queue_io:entry
 /this->q/
 {
 	vq_pc[arg0] = (this->now << 4) | this->p;
+	vq_pv[arg0] = this->vd;
+	vq_pg[arg0] = this->g;
+	vq_po[arg0] = this->zio->io_offset;
+	vq_ps[arg0] = this->zio->io_size;
 	@vq_n[0, this->vd, this->k, 0] = sum((int64_t)1);
 	@vq_n[0, this->vd, this->k, 1] = sum((int64_t)(this->zio->io_size));
 	@vq_n[0, this->vd, this->k, 12] = sum((int64_t)1);
@@ -95,27 +219,20 @@ fbt::vdev_queue_io:entry
 	    *(int *)&`zfs_vdev_max_active, this->vdp->vdev_path != NULL ? stringof(this->vdp->vdev_path) : "");
 }
 
-/* ISSUED: vdev_queue_io returns the zio to issue now (any queued one), or NULL; vdev_queue_io_done
- * reissues the next ones. MERGED: a queued zio taken into an aggregate. */
-fbt::vdev_queue_io:return, fbt::zio_vdev_io_reissue:entry, fbt::zio_vdev_io_bypass:entry
-{
-	this->z = probename == "return" ? arg1 : arg0;
-	this->e = this->z != 0 ? vq_pc[this->z] : (uint64_t)0;
-	this->hk = 0;
-}
-
 fbt::vdev_queue_io:return, fbt::zio_vdev_io_reissue:entry, fbt::zio_vdev_io_bypass:entry
 /this->e/
 {
 	this->now = timestamp;
-	this->zio = (zio_t *)this->z;
 	this->vd = (uint64_t)this->zio->io_vd;
 	this->p = this->e & 15;
 	this->t0 = this->e >> 4;
 	this->k = (vq_gen[this->vd] << 4) | this->p;
 	this->lat = this->now - this->t0;
-	this->merged = probefunc == "zio_vdev_io_bypass";
 	vq_pc[this->z] = 0;
+	vq_pv[this->z] = 0;
+	vq_pg[this->z] = 0;
+	vq_po[this->z] = 0;
+	vq_ps[this->z] = 0;
 	@vq_n[0, this->vd, this->k, 12] = sum((int64_t)-1);
 	@vq_n[0, this->vd, this->k, 14] = sum(-(int64_t)(this->t0 / 1000));
 	@vq_n[0, this->vd, this->k, 7] = sum((int64_t)(this->lat));
@@ -128,16 +245,12 @@ fbt::vdev_queue_io:return, fbt::zio_vdev_io_reissue:entry, fbt::zio_vdev_io_bypa
 /this->e && !this->merged/
 {
 	vq_ac[this->z] = (this->now << 4) | this->p;
+	vq_av[this->z] = this->vd;
+	vq_ag[this->z] = vq_gen[this->vd];
+	vq_ao[this->z] = this->zio->io_offset;
+	vq_as[this->z] = this->zio->io_size;
 	@vq_n[0, this->vd, this->k, 13] = sum((int64_t)1);
 	@vq_n[0, this->vd, this->k, 15] = sum((int64_t)(this->now / 1000));
-}
-
-/* An aggregate I/O: only vdev_queue_aggregate delegates one with DONT_QUEUE set. */
-fbt::zio_vdev_delegated_io:return
-{
-	this->zio = (zio_t *)arg1;
-	this->agg = arg1 != 0 && (this->zio->io_flags & CONST(ZIO_FLAG_DONT_QUEUE)) != 0 &&
-	    (int)this->zio->io_priority < 9;
 }
 
 fbt::zio_vdev_delegated_io:return
@@ -148,24 +261,13 @@ fbt::zio_vdev_delegated_io:return
 	this->p = (int)this->zio->io_priority;
 	this->k = (vq_gen[this->vd] << 4) | this->p;
 	vq_ac[arg1] = (this->now << 4) | this->p;
+	vq_av[arg1] = this->vd;
+	vq_ag[arg1] = vq_gen[this->vd];
+	vq_ao[arg1] = this->zio->io_offset;
+	vq_as[arg1] = this->zio->io_size;
 	@vq_n[0, this->vd, this->k, 4] = sum((int64_t)1);
 	@vq_n[0, this->vd, this->k, 13] = sum((int64_t)1);
 	@vq_n[0, this->vd, this->k, 15] = sum((int64_t)(this->now / 1000));
-}
-
-/* COMPLETES: every leaf I/O, queued or aggregate; one never seen issued counts in unseen. */
-fbt::vdev_queue_io_done:entry
-{
-	this->now = timestamp;
-	this->zio = (zio_t *)arg0;
-	this->vdp = this->zio->io_vd;
-	this->vd = (uint64_t)this->vdp;
-	this->e = vq_ac[arg0];
-	this->lp = (int)this->zio->io_priority;
-	this->p = this->e ? (int)(this->e & 15) : this->lp;
-	this->k = (vq_gen[this->vd] << 4) | this->p;
-	this->ok = this->e || this->lp < 9;
-	this->hk = 0;
 }
 
 fbt::vdev_queue_io_done:entry
@@ -174,6 +276,10 @@ fbt::vdev_queue_io_done:entry
 	this->t1 = this->e >> 4;
 	this->lat = this->now - this->t1;
 	vq_ac[arg0] = 0;
+	vq_av[arg0] = 0;
+	vq_ag[arg0] = 0;
+	vq_ao[arg0] = 0;
+	vq_as[arg0] = 0;
 	@vq_n[0, this->vd, this->k, 13] = sum((int64_t)-1);
 	@vq_n[0, this->vd, this->k, 15] = sum(-(int64_t)(this->t1 / 1000));
 	@vq_n[0, this->vd, this->k, 5] = sum((int64_t)1);
