@@ -262,7 +262,6 @@ class VqDumps:
             lines.append(_lat(end, pid, hex(vd), cls, kind, [get(base + b, 0) for b in range(BUCKETS)]))
         return lines
 
-
     def _untorn(self, key: tuple, end: int, got: tuple, depths: tuple, tops: tuple, done: tuple,
                 last: bool) -> tuple:
         """The depth integrals, each grown since the key's last line by 0 to the time between times
