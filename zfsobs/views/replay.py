@@ -34,7 +34,7 @@ SNAP_NS = 60 * 10**9          # a step back feeds at most this much of the captu
 SNAP_BUDGET = 256 << 20       # kept states past this: the ones far from the cursor are thinned
 FAR_NS = 2 * SNAP_NS          # a seek that would skip this much of the lines reads the digests instead
 BACK_NS = 10 * 10**9          # after a far seek, steps back this far still use a kept state
-DIGEST_SPEEDUP = 40           # the digests of a span feed ~this many times faster than its lines
+DIGEST_SPEEDUP = 400          # the way there reads ~this many times faster than the lines (~7 µs vs 3 ms a second)
 
 
 def horizon() -> int:
