@@ -36,6 +36,19 @@ def test_zfsobs_bpftrace_names_the_binary(monkeypatch, tmp_path):
     assert source.bpftrace_path() is None
 
 
+def test_a_version_that_does_not_come_at_once_is_asked_again(tmp_path):
+    """The version picks workarounds: one empty answer (a chroot wrapper on a busy machine) is asked
+    again, not kept as "unknown"."""
+    fake = tmp_path / "bpftrace"
+    fake.write_text(f"#!/bin/sh\n[ -e {tmp_path}/asked ] && echo bpftrace v0.23.2; touch {tmp_path}/asked\n")
+    fake.chmod(0o755)
+    assert source.bpftrace_version(str(fake)) == "v0.23.2"
+    silent = tmp_path / "silent"
+    silent.write_text("#!/bin/sh\n")
+    silent.chmod(0o755)
+    assert source.bpftrace_version(str(silent)) == "unknown"
+
+
 FAKE_HEAD = "#!/bin/sh\n[ \"$1\" = --version ] && { echo bpftrace v0.27.1; exit 0; }\n"
 needs_lab = pytest.mark.skipif(os.geteuid() != 0 or not find_libraries(), reason="needs root and a libzpool")
 

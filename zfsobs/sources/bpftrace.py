@@ -134,11 +134,18 @@ def bpftrace_version(path: str) -> str:
 
 @functools.lru_cache(maxsize=16)
 def _version(path: str, _mtime: int, _size: int) -> str:
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout
-        return out.strip().replace("bpftrace ", "") or "unknown"
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
+    """Asked up to three times: the version picks workarounds (render.sums_need_create), and a lab
+    test once got no answer from a chroot's wrapper on a busy machine, which the cache then kept."""
+    for _ in range(3):
+        try:
+            out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+        except OSError:
+            return "unknown"
+        except subprocess.TimeoutExpired:
+            continue
+        if out.strip():
+            return out.strip().replace("bpftrace ", "")
+    return "unknown"
 
 
 def _ts(line: str) -> int | None:
