@@ -15,7 +15,7 @@ from zfsobs.events import MAGIC, SCHEMA_VERSION, Event, EventLine, event_line, f
 SLOTS = ("enq", "enq_bytes", "issued", "merged", "aggs", "done", "done_bytes", "wait_ns", "dev_ns",
          "untracked", "untracked_act", "unseen")
 PEND, ACT, PEND_US, ACT_US = 12, 13, 14, 15
-PEND_GONE_NS, ACT_GONE_NS = 16, 17     # D's: retired I/Os' time pending/active until retired
+PEND_GONE_NS, ACT_GONE_NS = 16, 17     # retired I/Os' time pending/active until retired
 SLACK = 4       # a depth may run ahead of ZFS's by the threads between its lock and the probe
 FIRST_SLACK_NS = 5_000_000_000     # the probes' start to their first dump, at most (TCG included)
 WAIT_HIST, DEV_HIST, BUCKETS = 32, 64, 24

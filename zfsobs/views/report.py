@@ -266,8 +266,8 @@ def _text(data: dict) -> str:
     untracked = sum(st["untracked"] or 0 for c in data["summary"]["vdev_queue"].values() for st in c.values())
     if untracked:
         lines.append(f"warning: {untracked} queued I/Os were not followed (more in flight than the probe's "
-                     "maps hold, BPFTRACE_MAP_KEYS_MAX, or under DTrace an I/O whose event the tracer "
-                     "dropped); depths and counts exclude them")
+                     "maps hold, BPFTRACE_MAP_KEYS_MAX, or an I/O one of whose events the kernel skipped or "
+                     "DTrace dropped); depths and counts exclude them")
     unseen = sum(st["unseen"] or 0 for c in data["summary"]["vdev_queue"].values() for st in c.values())
     if unseen:
         lines.append(f"warning: {unseen} device I/Os completed that the probe never saw issued (untracked, or "
