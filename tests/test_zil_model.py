@@ -11,6 +11,7 @@ import pytest
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser, parse_all
 from zfsobs.model import Model
+from zfsobs.sources.end_maps import EndMaps
 from zfsobs.model.zil import COUNTERS, LAT_BUCKETS, SETTLED, lat_bounds, lat_bucket, lat_quantile, size_bin
 from zfsobs.views import report
 from zfsobs.views.zilstat import Zilstat
@@ -198,3 +199,40 @@ def test_rates_walk_back_only_the_window_and_count_lines_arriving_out_of_order(e
         state.add_flow(late_ts, Counter({"nused": 7}))
         assert state.bytes_between(last - ORDER_NS, last) == before + 7
     assert checked >= 36       # every window of each pool (the capture has one)
+
+
+def test_a_late_count_reprinted_final_2_corrects_its_row_and_keeps_its_sync(events):
+    """zil.bt prints a txg's lines again with final=2 at the next sync when a count reached it after
+    its final lines (a probe that read the open txg, then stalled while that txg closed): the row
+    takes the higher counts, is not a new incarnation, and still joins its own sync."""
+    zil = [ev for ev in events if ev.kind.startswith("zil")]
+    last = next(ev for ev in reversed(zil) if ev.kind == "zil" and ev.fields["final"] == 1)
+    flush = [ev for ev in zil if ev.ts == last.ts and ev.fields["txg"] == last.fields["txg"]]
+    bumped = {"commits": last.fields["commits"] + 1, "lat_ns": last.fields["lat_ns"] + 5000}
+    late = [replace(ev, ts=ev.ts + 5 * 10**9, fields={**ev.fields, "final": 2,
+                                                      **(bumped if ev is last else {})}) for ev in flush]
+    once, again = fed(zil).zil, fed(zil + late).zil
+    pool = last.fields["pool"]
+    assert len(again.pools[pool].order) == len(once.pools[pool].order)
+    assert again.pools[pool].totals["commits"] == once.pools[pool].totals["commits"] + 1
+    row = again.pools[pool].rows[(last.fields["pid"], last.fields["txg"])]
+    assert row.final and row.last_ts == last.ts
+    assert again.pools[pool].at_sync(row.pid, row.txg, last.ts) is row
+
+
+def test_end_maps_hand_over_a_late_count_as_final_2_and_an_open_txg_as_final_0():
+    spa = (1 << 64) - 4096
+    lines = ["zfsobs 1 end_maps 900 probe=zil",
+             f"@zil_name[0, {spa - (1 << 64)}]: tank",
+             f"@zil_any[0, {spa - (1 << 64)}, 41, 0]: 3",      # txg 41 synced, a count came after
+             f"@zil_any[0, {spa - (1 << 64)}, 41, 1]: 2",      # its final lines are out
+             f"@zil_any[0, {spa - (1 << 64)}, 42, 1]: 1",      # the open txg
+             f"@zil_commits[0, {spa - (1 << 64)}, 41, 0]: 7",
+             f"@zil_commits[0, {spa - (1 << 64)}, 42, 1]: 2",
+             "zfsobs 1 end_maps_end 901"]
+    em, parser = EndMaps(), Parser()
+    out = [parser.parse(x) for line in lines for x in em.feed(line)]
+    zil = {(ev.fields["txg"], ev.fields["cpu"]): ev.fields for ev in out if ev.kind == "zil"}
+    assert set(zil) == {(41, 0), (42, 1)}
+    assert (zil[(41, 0)]["final"], zil[(41, 0)]["commits"]) == (2, 7)
+    assert (zil[(42, 1)]["final"], zil[(42, 1)]["commits"]) == (0, 2) and zil[(42, 1)]["pool"] == "tank"

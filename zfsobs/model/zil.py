@@ -1,9 +1,10 @@
 """ZIL activity per pool and txg (docs/zil.md), from the zil probe's per-CPU cumulative lines.
 
-A (pool, pid, txg) row is the sum over CPUs of each CPU's latest line, so a refresh (final=0) and
-the final line (final=1) never double count. Lines of one flush share a timestamp; a line for a
-row that was already final comes from another incarnation of the pool that reached the same txg
-number again (ztest re-imports pools), and starts a new row. The same deltas feed a per-pool time
+A (pool, pid, txg) row is the sum over CPUs of each CPU's latest line, so a refresh (final=0), the
+final line (final=1) and its reprint after a late count (final=2) never double count. Lines of one
+flush share a timestamp; any other line for a row that was already final comes from another
+incarnation of the pool that reached the same txg number again (ztest re-imports pools), and
+starts a new row. The same deltas feed a per-pool time
 series for rates (bytes/s, the max 1-second rate) in live views and zilstat's interval mode.
 """
 from __future__ import annotations
@@ -115,7 +116,7 @@ class PoolZil:
     def row(self, ev: Event) -> ZilRow:
         key = (int(ev.get("pid", 0)), int(ev.fields["txg"]))
         row = self.rows.get(key)
-        if row is None or (row.final and ev.ts != row.last_ts):
+        if row is None or (row.final and ev.ts != row.last_ts and ev.get("final") != 2):
             row = self.rows[key] = ZilRow(str(ev.fields["pool"]), key[0], key[1])
             self.order.append(row)
             if len(self.order) > SETTLED:
@@ -130,8 +131,9 @@ class PoolZil:
                     self.retire(old)
                 if self.rows.get((old.pid, old.txg)) is old:
                     del self.rows[(old.pid, old.txg)]
-        row.last_ts = max(row.last_ts, ev.ts)
-        row.final = row.final or ev.get("final") == 1
+        if ev.get("final") != 2:       # a reprint keeps the row's time: at_sync joins it by its sync
+            row.last_ts = max(row.last_ts, ev.ts)
+        row.final = row.final or ev.get("final") in (1, 2)
         return row
 
     def at_sync(self, pid: int, txg: int, sync_start_ns: int) -> ZilRow | None:

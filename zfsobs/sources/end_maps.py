@@ -52,15 +52,17 @@ class EndMaps:
         return [line] if line.strip() else []
 
     def _zil(self, maps: dict) -> list[str]:
-        """zil.bt's FLUSH with final=0, for every (pool, txg, CPU) of the kernel that had activity."""
+        """zil.bt's FLUSH for every (pool, txg, CPU) of the kernel that had activity: final=0 for a
+        txg not yet synced, final=2 for one whose final lines a count came after (LATE)."""
         get = lambda name, key: int(maps.get(name, {}).get(key, 0))     # noqa: E731
         out = []
         for key in sorted(maps.get("@zil_any", {})):
             pid, spa, txg, cpu = key
-            if pid != 0 or get("@zil_any", key) != 1:     # 2: its final lines are out
+            any_ = get("@zil_any", key)
+            if pid != 0 or any_ not in (1, 3):     # 2: its final lines are out
                 continue
             head = {"pool": maps.get("@zil_name", {}).get((pid, spa), "?"), "pid": pid, "txg": txg,
-                    "cpu": cpu, "final": 0}
+                    "cpu": cpu, "final": 2 if any_ == 3 else 0}
             commits = get("@zil_commits", key)
             fields = {**head, "commits": commits, "lat_ns": get("@zil_lat_sum", key),
                       "lat_max_ns": get("@zil_lat_max", key)}
