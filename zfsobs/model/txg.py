@@ -73,7 +73,7 @@ class TxgRow:
         if all(n is not None for n in hist):
             self.delay_hist = [a + b for a, b in zip(self.delay_hist or [0] * DELAY_BUCKETS, hist)]
         for name in ("dirty_data_max", "delay_min_pct", "delay_scale"):
-            if f.get(name) is not None:
+            if f.get(name) is not None and not f.get("late"):     # a late line's are the next txg's
                 setattr(self, name, f[name])
 
 
@@ -126,22 +126,24 @@ class TxgModel:
         state.rows.append(row)
         state.total += 1
         for ts, thr in self._pending.pop((pool, row.pid, row.txg), ()):
-            if ts <= row.start_ns + SAME_SYNC_NS:
+            if ts <= row.start_ns + SAME_SYNC_NS or thr.get("late"):
                 row.throttle(thr)
 
     def _throttle(self, pool: str, ts: int, f: dict) -> None:
         """A txg's throttle lines come before its sync ends (bpftrace's as it starts, DTrace's at
         each flush while it is open), the txg line after; from separate processes, so either may be
         read first. One process can sync a txg number twice (ztest makes its pool again): a line
-        belongs to a row already read only if it is from before that row's sync ended."""
+        belongs to a row already read only if it is from before that row's sync ended; a late one
+        (late=1: what the txg's line missed, printed at the next sync) to the latest row of its txg."""
         self.throttled = True
         pid, txg = int(f.get("pid") or 0), int(f["txg"])
         state = self.pools.get(pool)
+        late = bool(f.get("late"))
         for row in reversed(state.rows if state else ()):
-            if row.txg == txg and row.pid == pid and ts <= row.start_ns + row.sync_ns + SAME_SYNC_NS:
+            if row.txg == txg and row.pid == pid and (late or ts <= row.start_ns + row.sync_ns + SAME_SYNC_NS):
                 row.throttle(f)
                 return
-            if row.start_ns + row.sync_ns < ts - SAME_SYNC_NS:
+            if (row.pid == pid and row.txg < txg) if late else row.start_ns + row.sync_ns < ts - SAME_SYNC_NS:
                 break
         self._pending.setdefault((pool, pid, txg), []).append((ts, f))
         while len(self._pending) > PENDING:
