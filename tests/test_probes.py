@@ -88,7 +88,7 @@ def test_unknown_probe_name():
         source("nope")
 
 
-ZIL_FUNCS = {"zil_commit_impl", "zil_itx_assign", "zil_lwb_add_block", "spa_sync"}
+ZIL_FUNCS = {"zil_commit_impl", "zil_itx_assign", "zil_lwb_add_block", "spa_sync", "txg_sync_stop"}
 
 
 @pytest.mark.skipif(not find_libraries(), reason="needs an installed libzpool")
