@@ -143,7 +143,10 @@ class TxgModel:
             if row.txg == txg and row.pid == pid and (late or ts <= row.start_ns + row.sync_ns + SAME_SYNC_NS):
                 row.throttle(f)
                 return
-            if (row.pid == pid and row.txg < txg) if late else row.start_ns + row.sync_ns < ts - SAME_SYNC_NS:
+            if late:
+                if row.pid == pid and row.txg < txg:
+                    break
+            elif row.start_ns + row.sync_ns < ts - SAME_SYNC_NS:
                 break
         self._pending.setdefault((pool, pid, txg), []).append((ts, f))
         while len(self._pending) > PENDING:

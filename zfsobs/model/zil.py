@@ -4,8 +4,8 @@ A (pool, pid, txg) row is the sum over CPUs of each CPU's latest line, so a refr
 final line (final=1) and its reprint after a late count (final=2) never double count. Lines of one
 flush share a timestamp; any other line for a row that was already final comes from another
 incarnation of the pool that reached the same txg number again (ztest re-imports pools), and
-starts a new row. The same deltas feed a per-pool time
-series for rates (bytes/s, the max 1-second rate) in live views and zilstat's interval mode.
+starts a new row. The same deltas feed a per-pool time series for rates (bytes/s, the max
+1-second rate) in live views and zilstat's interval mode.
 """
 from __future__ import annotations
 
