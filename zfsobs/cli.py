@@ -1,7 +1,8 @@
 """Command line: dispatch to the commands (their grammar: zfsobs/cli_parser.py; the lab commands:
 zfsobs/cli_lab.py). Every failure is one line on stderr, no traceback: a ZfsobsError its own
 message and status; anything unexpected an "internal error" line and status 70 (EX_SOFTWARE), the
-traceback only with ZFSOBS_DEBUG=1."""
+traceback only with ZFSOBS_DEBUG=1. Everything written to stderr passes zfsobs/safe.py's rule
+(the messages quote paths, pool names and the tracer's own words)."""
 from __future__ import annotations
 
 import argparse
@@ -11,14 +12,21 @@ import sys
 import time
 import traceback
 
-from zfsobs import cli_lab
+from zfsobs import cli_lab, safe
 from zfsobs.cli_parser import LEGACY_OUTPUT, parse, positive
 from zfsobs.errors import INTERNAL_ERROR_STATUS, ZfsobsError, describe
 from zfsobs.signals import Terminated
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    stderr, sys.stderr = sys.stderr, safe.Stream(sys.stderr)
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    finally:
+        sys.stderr = stderr
+
+
+def _main(argv: list[str]) -> int:
     try:
         return _dispatch(parse(argv))
     except ZfsobsError as exc:
