@@ -7,6 +7,7 @@ import platform
 import re
 import shutil
 
+from zfsobs import safe
 from zfsobs.doctor import dtrace as doctor_dtrace, kstat as doctor_kstat, probe_load
 from zfsobs.errors import FeatureAbsent, ZfsobsError
 from zfsobs.labs.userland import BUILDS
@@ -152,7 +153,8 @@ def run(out, load: bool = True) -> int:
         more, kstat = doctor_kstat.rows(traceable)
         rows += more
     for status, what, detail in rows:
-        out.write(f"{status:<5} {what:<32} {detail}\n")
+        # paths, versions and the tracer's refusals, as the machine gave them: shown, not sent
+        out.write(safe.text(f"{status:<5} {what:<32} {detail}") + "\n")
     if traceable:
         out.write("verdict: tracing works here\n")
     elif kstat:

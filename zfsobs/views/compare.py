@@ -8,6 +8,7 @@ import io
 import json
 import textwrap
 
+from zfsobs import safe
 from zfsobs.capture import Capture
 from zfsobs.model.samples import order
 from zfsobs.model.segments import compare, split, window_stats
@@ -93,7 +94,7 @@ def _csv(data: dict) -> str:
                 row = {"segment": seg["index"], "start_s": seg["start_s"], "end_s": seg["end_s"],
                        "opened_by": _opened(seg), "pool": pool, "metric": metric, **st,
                        "ratio_mean": d.get("ratio_mean"), "ratio_p99": d.get("ratio_p99")}
-                writer.writerow({k: "" if v is None else v for k, v in row.items()})
+                writer.writerow({k: safe.cell(v) for k, v in row.items()})
     return out.getvalue()
 
 
@@ -126,7 +127,8 @@ def _text(data: dict) -> str:
         lines.append(f"  segment {before['index']} ({before['start_s']:.1f}-{before['end_s']:.1f} s) -> "
                      f"segment {after['index']} ({after['start_s']:.1f}-{after['end_s']:.1f} s)")
         lines += _diff_table(ch["metrics"])
-    return "\n".join(lines) + "\n"
+    # the names, host and warnings in them come from the capture
+    return "\n".join(map(safe.text, lines)) + "\n"
 
 
 def _segment_table(seg: dict) -> list[str]:

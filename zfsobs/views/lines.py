@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 
+from zfsobs import safe
 from zfsobs.events import Event
 from zfsobs.views.units import wallclock
 
@@ -35,7 +36,7 @@ class TxgLines:
             v = f.get(name)
             return "-" if v is None else f"{v / scale:.{digits}f}"
 
-        self.out.write(self._fmt((wallclock(self.meta, f.get("start")), str(f["pool"]), str(f["txg"]),
+        self.out.write(self._fmt((wallclock(self.meta, f.get("start")), safe.text(f["pool"]), str(f["txg"]),
                                   num("sync_ns", 1e6, 3), num("interval_ns", 1e6, 3),
                                   num("dirty", 1048576, 2), num("open_ns", 1e6, 3),
                                   num("quiesce_ns", 1e6, 3), num("wait_ns", 1e6, 3))) + "\n")

@@ -11,7 +11,7 @@ from prometheus_client.openmetrics.exposition import generate_latest
 from prometheus_client.registry import CollectorRegistry
 from prometheus_client.samples import Sample
 
-from zfsobs import __version__
+from zfsobs import __version__, safe
 from zfsobs.capture import Capture
 from zfsobs.events import Parser
 from zfsobs.model import Model
@@ -33,7 +33,7 @@ def export(capture: Capture, out: IO[bytes], step_s: float = 15.0, instance: str
     info = {"version": __version__, "source": meta.get("source", "trace"),
             "target": (meta.get("target") or {}).get("kind", "?") if isinstance(meta.get("target"), dict)
             else str(meta.get("target", "?"))}
-    labels = {"job": "zfsobs", "instance": instance or str(meta.get("host") or "capture")}
+    labels = {"job": "zfsobs", "instance": safe.text(instance or str(meta.get("host") or "capture"))}
     model = Model(keep=None, samples=False)
     merged: dict[str, object] = {}
     points = 0

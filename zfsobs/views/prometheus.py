@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from zfsobs import safe
 from zfsobs.model import Model
 from zfsobs.model.counters import DELAY_BUCKETS
 from zfsobs.model.vdev_queue import CLASSES
@@ -55,6 +56,9 @@ def families(model: Model, info: dict, cost: dict | None = None, ts: float | Non
         for process, seconds in sorted(cost.items()):
             cpu.add_metric([process], seconds, timestamp=ts)
         out.append(cpu)
+    for fam in out:      # pool, vdev and tunable names from the traced system: shown, not sent, to a reader
+        fam.samples = [s if all(map(str.isprintable, s.labels.values())) else
+                       s._replace(labels={k: safe.text(v) for k, v in s.labels.items()}) for s in fam.samples]
     return out
 
 

@@ -8,6 +8,7 @@ import itertools
 import json
 from typing import IO
 
+from zfsobs import safe
 from zfsobs.capture import Capture
 from zfsobs.events import Parser
 from zfsobs.model import Model
@@ -200,10 +201,11 @@ def _write_json(data: dict, out: IO[str]) -> None:
 
 
 def _write_csv(rows, out: IO[str]) -> None:
-    """A row per line; a list (a histogram) is a column per bucket: name0, name1, ..."""
+    """A row per line; a list (a histogram) is a column per bucket: name0, name1, ... Each cell
+    is safe.cell()'s (None: empty): a name from the capture is never a formula."""
     writer = None
     for r in rows:
-        flat = {k2: ("" if v2 is None else v2) for k, v in r.items()
+        flat = {k2: safe.cell(v2) if isinstance(v2, str) else v2 for k, v in r.items()
                 for k2, v2 in ([(f"{k}{i}", x) for i, x in enumerate(v)] if isinstance(v, list) else [(k, v)])}
         if writer is None:
             writer = csv.DictWriter(out, fieldnames=list(flat), lineterminator="\n")
@@ -284,7 +286,8 @@ def _text(data: dict) -> str:
             lines.append(f"{pool:<20} {dash(st['reads']):>8} {st['hits']:>8} {st['misses']:>8} {dash(st['declined']):>8} "
                          f"{asked:>15} {size(st['fill_bytes']):>14} "
                          f"{x(st['inflation']):>10} {x(st['net']):>6} {x(st['amplification']):>18}")
-    return "\n".join(lines) + "\n"
+    # the names, host, paths and warnings in them come from the capture
+    return "\n".join(map(safe.text, lines)) + "\n"
 
 
 def _throttle_text(summary: dict) -> list[str]:

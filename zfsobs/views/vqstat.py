@@ -11,6 +11,7 @@ import sys
 import time
 from collections import defaultdict
 
+from zfsobs import safe
 from zfsobs.model import Model
 from zfsobs.views.units import wallclock
 
@@ -91,4 +92,4 @@ class Vqstat:
         fmt = (lambda v: f"{v:6.0f}") if self.peak else (lambda v: f"{v:6.2f}")
         values = " ".join(f"{fmt(cells[c][0])} {fmt(cells[c][1])}" if c in cells else f"{0:6} {0:6}"
                           for _, c in QUEUES)
-        return f"{name[:24]:<24} {values}"
+        return f"{safe.text(name)[:24]:<24} {values}"

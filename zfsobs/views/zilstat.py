@@ -15,6 +15,7 @@ import sys
 import time
 from collections import Counter
 
+from zfsobs import safe
 from zfsobs.events import Event
 from zfsobs.model import Model
 from zfsobs.views.na import unavailable
@@ -146,5 +147,5 @@ class Zilstat:
         bmax = state.max_rate(start, end, "size") if state else 0.0
         lead = ([wallclock(self.meta, ev.get("start"))] if self.timestamps else []) + [str(txg)]
         if self.pool_column:
-            lead.append(pool)
+            lead.append(safe.text(pool))
         self._emit(lead, counts["nused"], counts["size"], open_ns / 1e9, nmax, bmax, counts)
