@@ -6,6 +6,7 @@ from rich.table import Table
 from rich.text import Text
 
 from zfsobs import __version__
+from zfsobs import safe
 from zfsobs.model import Model
 from zfsobs.views.status import Status
 from zfsobs.views import goto
@@ -22,11 +23,13 @@ def render_header(model: Model, status: Status, now_ns: int | None) -> Table:
     where = f"{target.get('kind', '?')} · OpenZFS {target.get('zfs_version', '?')}"
     if target.get("path"):
         where += f" · {target['path']}"
-    title = Text.assemble(("zfsobs ", "bold cyan"), (meta.get("zfsobs", __version__), "cyan"),
+    # every string here but the labels comes from the capture, the traced system or an error
+    where = safe.text(where)
+    title = Text.assemble(("zfsobs ", "bold cyan"), (safe.text(meta.get("zfsobs", __version__)), "cyan"),
                           "  ", (where, "bold"))
-    grid.add_row(title, Text(f"{meta.get('host', '')} · {meta.get('source', '')} "
-                             f"{meta.get('bpftrace', '')}", style="dim"))
-    pools = ", ".join(sorted(model.txg.pools)) or "(none yet)"
+    grid.add_row(title, Text(safe.text(f"{meta.get('host', '')} · {meta.get('source', '')} "
+                                       f"{meta.get('bpftrace', '')}"), style="dim"))
+    pools = safe.text(", ".join(sorted(model.txg.pools)) or "(none yet)")
     counts = Text.assemble(
         f"pools: {pools}   events {model.events} ({model.events_per_second(now_ns):.0f}/s)   ",
         ("malformed ", ""), (str(status.malformed), "bold red" if status.malformed else ""),
@@ -34,18 +37,18 @@ def render_header(model: Model, status: Status, now_ns: int | None) -> Table:
     grid.add_row(counts, _mode_text(status))
     if meta.get("source") == "kstat":
         why = meta.get("kstat", {}).get("why", "")
-        grid.add_row(Text(f"kstat mode: ZFS's own counters, '-' needs tracing ({why})", style="yellow"), "")
+        grid.add_row(Text(safe.text(f"kstat mode: ZFS's own counters, '-' needs tracing ({why})"), style="yellow"), "")
     if status.cost and status.mode == "live":
         grid.add_row(Text(status.cost, style="dim"), "")
     for line in ([status.message] if status.message else []) + status.warnings[:2]:
-        grid.add_row(Text(line, style="yellow"), "")
+        grid.add_row(Text(safe.text(line), style="yellow"), "")
     return grid
 
 
 def _mode_text(status: Status) -> Text:
     if status.mode == "replay":
         if status.prompt is not None:
-            return Text(f"go to: {status.prompt}▏ {goto.FORMS}; Enter, Esc", style="bold magenta")
+            return Text(f"go to: {safe.text(status.prompt)}▏ {goto.FORMS}; Enter, Esc", style="bold magenta")
         pos = end = "-"
         if status.cursor_ns is not None and status.end_ns is not None:
             at = wallclock(status.meta, (status.start_ts or 0) + status.cursor_ns)[:8]

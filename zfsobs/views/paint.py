@@ -1,13 +1,16 @@
 """The terminal of the full-screen views (top, replay): the alternate screen, the cursor hidden,
 each frame written from the top left as the screen's lines, padded to the terminal's size.
 rich's Live(screen=True) laid every line of a frame out three times more (its Screen padded them,
-its LiveRender and print's crop split them again), for lines the screen had already fitted."""
+its LiveRender and print's crop split them again), for lines the screen had already fitted.
+Each segment's text reaches the terminal with no control character in it (zfsobs/safe.py): the
+panels escape what they show, and a string one missed is escaped here, at the cost of its line's fit."""
 from __future__ import annotations
 
 from rich.console import Console
 from rich.control import Control
 from rich.segment import Segment
 
+from zfsobs import safe
 from zfsobs.views.screen import Screen
 
 
@@ -43,7 +46,7 @@ class Frame:
         for i, line in enumerate(self.lines):
             if i:
                 yield new_line
-            yield from line
+            yield from map(_visible, line)
             short = self.width - Segment.get_line_length(line)
             if short > 0:
                 yield Segment(" " * short)
@@ -51,3 +54,7 @@ class Frame:
         for _ in range(self.height - len(self.lines)):
             yield new_line
             yield blank
+
+
+def _visible(seg: Segment) -> Segment:
+    return seg if seg.control or seg.text.isprintable() else Segment(safe.text(seg.text), seg.style, seg.control)

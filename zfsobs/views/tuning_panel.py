@@ -9,6 +9,7 @@ import math
 from rich.console import Group
 from rich.text import Text
 
+from zfsobs import safe
 from zfsobs.model import Model
 from zfsobs.model.samples import order
 from zfsobs.model.segments import SETTLE_NS, between, compare, last_known, window_stats
@@ -35,7 +36,7 @@ def render_tuning(model: Model, meta: dict, rows: int, now_ns: int | None):
     if change is None:
         if not tuning.initial:
             return None
-        values = " ".join(f"{k}={v}" for k, v in sorted(tuning.initial.items()))
+        values = safe.text(" ".join(f"{k}={v}" for k, v in sorted(tuning.initial.items())))
         return Text(f"tunables (no change yet): {values}", style="dim", no_wrap=True, overflow="ellipsis")
     now = max(now_ns if now_ns is not None else model.last_ts or 0, change.ts)
     group = tuning.opened_at(change.ts)
@@ -51,7 +52,7 @@ def render_tuning(model: Model, meta: dict, rows: int, now_ns: int | None):
     keys = sorted(diff, key=lambda k: (not any(related(n, k[1]) for n in names),
                                        -_effect(diff[k]["ratio_mean"]), order(k)))[:min(rows, MAX_ROWS)]
     head = Text.assemble((wallclock(meta, change.ts), "bold"), "  ",
-                         *[part for c in group for part in ((c.name, "bold yellow"), f" {c.old} → {c.new}  ")],
+                         *[part for c in group for part in ((safe.text(c.name), "bold yellow"), safe.text(f" {c.old} → {c.new}  "))],
                          (f"{(now - change.ts) / 1e9:.1f} s ago", "bold"),
                          (f"   before: {(change.ts - start) / 1e9:.0f} s up to it, after: since it", "dim"))
     pools = {k[0] for k in keys}
@@ -60,7 +61,7 @@ def render_tuning(model: Model, meta: dict, rows: int, now_ns: int | None):
         pool, metric = key
         d = diff[key]
         b, a = d["before"], d["after"]
-        label = metrics.label(metric) + (f" {pool}" if len(pools) > 1 else "")
+        label = metrics.label(metric) + (f" {safe.text(pool)}" if len(pools) > 1 else "")
         r = d["ratio_mean"]
         rows.append([label, metrics.value(metric, b["mean"]), metrics.value(metric, b["p99"]),
                      metrics.value(metric, a["mean"]), metrics.value(metric, a["p99"]),

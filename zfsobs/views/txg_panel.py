@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
+from zfsobs import safe
 from zfsobs.model.txg import TxgModel
 from zfsobs.views.box import Box
 from zfsobs.views.units import Tail, marked_sparkline, mib, ms, NumericTable
@@ -28,7 +29,7 @@ def _pool(model: TxgModel, pool: str, nrows: int, changes) -> list:
     st = model.stats(pool, window)
     s, iv, dirty = st["sync_ns"], st["interval_ns"], st["dirty_bytes"]
     line = Text.assemble(
-        (f"{pool}", "bold"), f"  last 60 s: {st['txgs']} txgs  sync ms p50 {ms(s['p50'])}  "
+        (safe.text(pool), "bold"), f"  last 60 s: {st['txgs']} txgs  sync ms p50 {ms(s['p50'])}  "
         f"p99 {ms(s['p99'])}  max {ms(s['max'])}   interval ms p50 {ms(iv['p50'])}  "
         f"dirty MiB mean {mib(dirty['mean'])}  max {mib(dirty['max'])}")
     th = st["throttle"]

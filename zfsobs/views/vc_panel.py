@@ -9,6 +9,7 @@ import os
 from rich.console import Group
 from rich.text import Text
 
+from zfsobs import safe
 from zfsobs.model import Model
 from zfsobs.model.vdev_cache import derive
 from zfsobs.views.box import Box
@@ -25,7 +26,7 @@ STYLE = {"active": "bold green", "disabled": "yellow", "absent": "dim", "unknown
 def render_vc(model: Model, meta: dict, rows: int, now_ns: int | None) -> Box:
     unavailable = meta.get("unavailable", {}).get("vdev_cache")
     state, why = model.vc.state(unavailable)
-    head = Text.assemble((f"{state}: ", STYLE[state]), (why, "dim" if state != "active" else ""))
+    head = Text.assemble((f"{state}: ", STYLE[state]), (safe.text(why), "dim" if state != "active" else ""))
     title = "vdev_cache"
     if state != "active":
         if "vdev_cache" not in model.probes and not unavailable and state == "unknown":
@@ -58,7 +59,7 @@ def _cells(name: str, d: dict, bold: bool = False) -> list:
         return "-" if v is None else f"{v:.0f}"
     infl = d["inflation"]
     asked = None if d["hit_bytes"] is None or d["miss_bytes"] is None else d["hit_bytes"] + d["miss_bytes"]
-    return [Text(name, style="bold" if bold else ""), n(d["reads"]),
+    return [Text(safe.text(name), style="bold" if bold else ""), n(d["reads"]),
             "-" if d["hit_ratio"] is None else f"{100 * d['hit_ratio']:.0f}",
             n(d["misses"]), n(d["declined"]),
             "-" if asked is None else size(asked) + "/s", size(d["fill_bytes"]) + "/s",

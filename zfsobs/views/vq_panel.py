@@ -9,6 +9,7 @@ import os
 from rich.segment import Segment
 from rich.text import Text
 
+from zfsobs import safe
 from zfsobs.model import Model
 from zfsobs.model.vdev_queue import SHORT
 from zfsobs.views.box import Box, as_segments, fitted
@@ -51,10 +52,10 @@ def render_vq(model: Model, rows: int, now_ns: int | None) -> Box:
     for key in keys[:rows]:
         pool, path, pid = key
         label = os.path.basename(path) + (f" {pool}" if len(pools) > 1 else "") + (f" [{pid}]" if pid else "")
-        lines.append([Text(label), *(_cell(grid[key].get(c)) for c in classes)])
+        lines.append([Text(safe.text(label)), *(_cell(grid[key].get(c)) for c in classes)])
     table = Grid(heads, lines, [2] + [3] * len(classes))
     hidden = len(keys) - rows
-    title = f"vdev queue {'/'.join(sorted(pools))}, last {WINDOW_S:g} s: {len(keys)} vdevs" + (f" ({hidden} quieter not shown)" if hidden > 0 else "")
+    title = f"vdev queue {safe.text('/'.join(sorted(pools)))}, last {WINDOW_S:g} s: {len(keys)} vdevs" + (f" ({hidden} quieter not shown)" if hidden > 0 else "")
     return Box(table, title=title, title_align="left")
 
 

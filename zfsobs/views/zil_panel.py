@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
+from zfsobs import safe
 from zfsobs.model import Model
 from zfsobs.model.zil import lat_bounds, lat_quantile
 from zfsobs.views.box import Box
@@ -41,7 +42,7 @@ def _pool(model: Model, pool: str, nrows: int, now: int) -> list:
     latency = ("latency -" if "lat_ns" in na else f"latency ms p50 ≤{ms(st['lat_p50_ns'], 3)}"
                f"  p99 ≤{ms(st['lat_p99_ns'], 3)}  max {ms(st['lat_max_ns'], 3)}")
     line = Text.assemble(
-        (pool, "bold"), f"  last 60 s: {st['commits']} commits  {latency}   "
+        (safe.text(pool), "bold"), f"  last 60 s: {st['commits']} commits  {latency}   "
         f"N-Bytes/s {size(int(rate))}  max {size(int(top))}/s")
     parts = [line]
     hist = _histogram(st["lat_hist"] or [])
