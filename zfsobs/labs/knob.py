@@ -32,11 +32,16 @@ def _cmdline(pid: int) -> list[str]:
         return f.read().decode(errors="replace").split("\0")[:-1]
 
 
+def _owner(pid: int) -> int:
+    return os.stat(f"/proc/{pid}").st_uid
+
+
 def _lab_parents() -> dict[int, str]:
-    """pid -> pool of each running lab's ztest parent (a ztest of ours whose pool is a lab's)."""
+    """pid -> pool of each running lab's ztest parent (a ztest of ours whose pool is a lab's, run by
+    this user: root's `lab set` never writes into another user's process)."""
     ztests = {os.path.realpath(b.ztest) for b in BUILDS.values()}
     found = {}
-    for pid in scan(lambda p: exe(p) in ztests and os.getpgid(p) == p):
+    for pid in scan(lambda p: exe(p) in ztests and os.getpgid(p) == p and _owner(p) == os.geteuid()):
         try:
             args = _cmdline(pid)
         except OSError:
