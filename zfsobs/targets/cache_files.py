@@ -36,6 +36,8 @@ def private_dir(path: Path, create: bool = True) -> tuple[Path | None, str]:
         return None, f"{path}: {exc.strerror}"
     if stat.S_ISLNK(st.st_mode):
         return None, f"{path} is a symlink"
+    if st.st_mode & 0o022:                 # sticky or not: others could plant names in it
+        return None, f"{path} is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
     why = unsafe_directories(str(path))
     return (None, why) if why else (path, "")
 

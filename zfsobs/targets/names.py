@@ -74,3 +74,10 @@ def pool_name(name: str) -> str:
     if name == "log" or name.startswith(POOL_RESERVED):
         raise ZfsobsError(f"-p {name!r}: a name zpool(8) reserves; no pool can have it")
     return name
+
+
+def script_int(value, what: str) -> str:
+    """An offset or flag value as the decimal a script holds: only a true int goes in."""
+    if type(value) is not int:
+        raise ZfsobsError(f"{what}: {str(value)[:40]!r} is not an integer; it cannot go into a probe script")
+    return str(value)
