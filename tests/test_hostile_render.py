@@ -221,10 +221,11 @@ def test_the_attack_a_users_symlink_to_a_library_whose_name_is_code(tmp_path):
         assert os.lstat(link).st_uid == nobody.pw_uid and INJECTED in os.path.realpath(link)
         fake, log = fake_bpftrace(tmp_path)
         env = dict(os.environ, ZFSOBS_BPFTRACE=str(fake))
-        shown = subprocess.run(ZFSOBS + ["probes", "show", "txg", "--target", link], capture_output=True,
-                               text=True, timeout=120, env=env)
-        one_line_refusal(shown, "a library path may hold only")
-        assert shown.stdout == ""
+        for spec in (link, "libzpool:" + link):
+            shown = subprocess.run(ZFSOBS + ["probes", "show", "txg", "--target", spec], capture_output=True,
+                                   text=True, timeout=120, env=env)
+            one_line_refusal(shown, "a library path may hold only")
+            assert shown.stdout == ""
         cap = tmp_path / "x.cap"
         rec = subprocess.run(ZFSOBS + ["record", "--target", link, "-O", str(cap), "--duration", "2"],
                              capture_output=True, text=True, timeout=120, env=env)
