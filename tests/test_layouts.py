@@ -9,8 +9,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +22,8 @@ from zfsobs.targets import layouts, probe_files
 from zfsobs.targets.offsets import offsets_for, offsets_origin
 from zfsobs.errors import ZfsobsError
 from zfsobs.targets.target import Target
+
+NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 
 # OpenZFS 2.1.11's module/Kbuild.in, the part that sets flags (the rest lists objects)
 KBUILD_2_1 = """\
@@ -247,3 +253,66 @@ def test_a_kernel_target_says_where_its_layout_came_from(tree, monkeypatch):
         f"unknown for kernel 2.1.11: no module BTF, and cannot compile them: no kernel build tree "
         f"{tree / 'build'} (Debian: apt-get install linux-headers-{os.uname().release}); probes that "
         "read struct fields are off")
+
+
+def _plant(tree, table, monkeypatch):
+    """The cache file's name and the name the old code wrote it under first (PATH.PID.tmp)."""
+    monkeypatch.setenv("FAKE_VALUES", json.dumps({"offsetof(struct zio, io_vd)": 592}))
+    path = layouts.cache_path(layouts.find_inputs("2.1.11"))
+    return path, path.with_suffix(f".{os.getpid()}.tmp")
+
+
+ROOT_AND_SETPRIV = os.geteuid() == 0 and shutil.which("setpriv")
+
+
+@pytest.mark.skipif(not ROOT_AND_SETPRIV, reason="needs root and setpriv (a real other user)")
+def test_a_cache_dir_others_can_write_is_neither_read_nor_written(tree, monkeypatch):
+    """`nobody` plants symlinks to a root file at the cache's names in a world-writable cache dir:
+    the old code wrote its fixed PATH.PID.tmp through one (the file's content replaced)."""
+    table = {"zio.io_vd": ["zio.io_vd"]}
+    shared = Path(tempfile.mkdtemp(prefix="zfsobs-test-layouts-"))     # one `nobody` can reach
+    try:
+        shared.chmod(0o755)
+        monkeypatch.setenv("ZFSOBS_LAYOUTS_CACHE", str(shared / "cache"))
+        path, old_tmp = _plant(tree, table, monkeypatch)
+        path.parent.mkdir()
+        path.parent.chmod(0o777)
+        victim = tree / "victim"
+        victim.write_text("precious\n")
+        for name in (path, old_tmp):
+            subprocess.run(NOBODY + ["ln", "-s", str(victim), str(name)], check=True, timeout=30)
+        values, _, how = layouts.compiled("2.1.11", table)
+        assert values == {"zio.io_vd": 592} and "not cached" in how and "writable by others" in how
+        assert victim.read_text() == "precious\n" and path.is_symlink() and old_tmp.is_symlink()
+    finally:
+        shutil.rmtree(shared)
+
+
+def test_a_planted_symlink_or_a_foreign_file_in_the_cache_is_not_followed(tree, monkeypatch):
+    table = {"zio.io_vd": ["zio.io_vd"]}
+    path, _ = _plant(tree, table, monkeypatch)
+    path.parent.mkdir(mode=0o700)
+    victim, forged = tree / "victim", tree / "forged.json"
+    victim.write_text("precious\n")
+    # a forged entry with the right digest, reached through a symlink: not read, and replaced
+    digest = layouts._digest(layouts.find_inputs("2.1.11"), table)
+    forged.write_text(json.dumps({"digest": digest, "values": {"zio.io_vd": 4096}}))
+    path.symlink_to(forged)
+    assert layouts.compiled("2.1.11", table)[0] == {"zio.io_vd": 592} and len(makes(tree)) == 1
+    assert not path.is_symlink() and json.loads(path.read_text())["values"] == {"zio.io_vd": 592}
+    assert os.stat(path).st_mode & 0o777 == 0o644 and not list(path.parent.glob("*.tmp"))
+    if os.geteuid() == 0:      # the same entry as a file another user owns: not read
+        path.write_text(forged.read_text())
+        os.chown(path, 65534, 65534)
+        assert layouts.compiled("2.1.11", table)[0] == {"zio.io_vd": 592} and len(makes(tree)) == 2
+    # the cache directory itself a symlink (to a directory of the victim's): not used at all
+    path.parent.rename(tree / "moved")
+    (tree / "cache").symlink_to(tree / "moved")
+    assert "is a symlink" in layouts.compiled("2.1.11", table)[2]
+    assert victim.read_text() == "precious\n"
+
+
+def test_a_new_cache_dir_is_private(tree, monkeypatch):
+    monkeypatch.setenv("FAKE_VALUES", json.dumps({"offsetof(struct zio, io_vd)": 592}))
+    layouts.compiled("2.1.11", {"zio.io_vd": ["zio.io_vd"]})
+    assert (tree / "cache").stat().st_mode & 0o777 == 0o700

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import time
 
@@ -49,7 +50,7 @@ def _kernel_images() -> int:
         held = (f"kernel {pk.get('kernel', '?')}, zfs-dkms {pk.get('zfs-dkms', '?')}, "
                 f"bpftrace {pk.get('bpftrace', '?')}") if row["built"] else row["about"]
         how = f"--distro {row['distro']}" + (" --btf" if row["flavour"] == "btf" else "")
-        state = "built" if row["built"] else "not built (" + " ".join(builder_command(row["flavour"], row["distro"])) + ")"
+        state = "built" if row["built"] else "not built (" + shlex.join(builder_command(row["flavour"], row["distro"])) + ")"
         print(f"{how:<28} {state}: {held}\n{'':<28} {row['dir']}")
     return 0
 

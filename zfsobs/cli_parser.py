@@ -10,6 +10,7 @@ import math
 
 from zfsobs import __version__
 from zfsobs.errors import ZfsobsError
+from zfsobs.targets.names import pool_name
 
 DEFAULT_LISTEN = "127.0.0.1:9976"     # exporter: loopback (docs/prometheus.md: the port)
 
@@ -183,6 +184,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
         argv, legacy = _legacy_output(argv)
     args = parser().parse_args(argv)
     args.legacy_output = legacy
+    if getattr(args, "pool", None):       # a pool name reaches dtrace's arguments and zpool's
+        args.pool = [pool_name(p) for p in args.pool]
     if args.cmd == "record":
         args.command = after_dashes(args.command, "record")
     return args

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shlex
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -147,14 +148,15 @@ def ensure_image(build: bool = True, flavour: str = "stock", distro: str = "book
         return img
     if not BUILDER.is_file():
         raise ZfsobsError(f"the kernel lab needs a zfsobs source checkout ({BUILDER} is missing)")
-    builder = " ".join(builder_command(flavour, distro))
+    argv = builder_command(flavour, distro)
+    builder = shlex.join(argv)
     if not build:
         raise ZfsobsError(f"no kernel lab image at {img}; build it with: sudo {builder}")
     if os.geteuid() != 0:
         raise ZfsobsError(f"no kernel lab image at {img}; build it (as root) with: sudo {builder}")
     print(f"zfsobs: kernel lab image not built yet: building it now with {builder} "
           "(once per recipe, ~5 min)", file=sys.stderr)
-    res = subprocess.run(builder.split(), stdout=sys.stderr, stdin=subprocess.DEVNULL)
+    res = subprocess.run(argv, stdout=sys.stderr, stdin=subprocess.DEVNULL)
     if res.returncode != 0 or not (img / "complete").is_file():
         raise ZfsobsError(f"building the kernel lab image failed (rc {res.returncode}); see the log above")
     return img
@@ -165,7 +167,7 @@ def parse_module_options(options: list[str]) -> list[tuple[str, str]]:
     read-only once it is loaded."""
     out = []
     for opt in options:
-        m = re.fullmatch(r"([a-z][a-z0-9_]*)=([\w.:-]+)", opt)
+        m = re.fullmatch(r"([a-z][a-z0-9_]*)=([A-Za-z0-9_.:-]+)", opt)     # shell-safe as it is
         if not m:
             raise ZfsobsError(f"-o {opt!r}: use NAME=VALUE with a zfs module parameter, e.g. "
                               "zfs_vdev_cache_size=1048576")

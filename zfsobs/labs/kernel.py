@@ -30,6 +30,7 @@ from zfsobs.labs.guest import (BUILDER, GUEST_LAYOUTS, POOL, PROJECT, cache_dir,
                                  parse_layout, parse_module_options, parse_size, parse_workload, probe_accel,
                                  setup_script)
 from zfsobs.procs import die_with_parent, stop
+from zfsobs.targets.cache_files import private_dir
 from zfsobs.signals import Terminated, whole
 
 AGENT = PROJECT / "scripts" / "kernel-lab-guest"
@@ -93,8 +94,9 @@ class KernelLab:
         d = Path(path).resolve()
         if not d.is_dir():
             raise ZfsobsError(f"--share {path}: not a directory")
-        if "\n" in str(d):
-            raise ZfsobsError(f"--share {path}: a newline in the path")
+        if any(ord(c) < 0x20 or ord(c) == 0x7f for c in str(d)) or str(d) != str(d).strip():
+            # the guest reads the shares file a line at a time, words split at blanks
+            raise ZfsobsError(f"--share {path!r}: a control character or an outer blank in the path")
         return d
 
     def _guest_env(self) -> str:
@@ -122,12 +124,9 @@ class KernelLab:
         (ctl / "env").write_text(self._guest_env())
         # the layouts zfsobs compiles in a guest (no module BTF) outlive it, as on a machine's disk:
         # every boot of an image would compile them again (a minute under TCG), and that is not news
-        layouts = cache_dir() / "layouts"
-        try:
-            layouts.mkdir(parents=True, exist_ok=True)
-            keep = os.access(layouts, os.W_OK)
-        except OSError:
-            keep = False
+        # (a directory another user could write is not shared: the guest would read its offsets)
+        layouts, _ = private_dir(cache_dir() / "layouts")
+        keep = layouts is not None and os.access(layouts, os.W_OK)
         (ctl / "shares").write_text("".join(f"zfsobs_share{i} {d}\n" for i, d in enumerate(self.shares))
                                     + (f"zfsobs_layouts {GUEST_LAYOUTS}\n" if keep else ""))
         (ctl / "argv").write_bytes(b"".join(a.encode() + b"\0" for a in self.command))

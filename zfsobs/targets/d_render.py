@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from zfsobs.errors import ZfsobsError
+from zfsobs.targets.names import script_int
 from zfsobs.targets.probe_files import probes_dir
 
 D_DIRS = ("illumos", "dtrace-openzfs")
@@ -41,5 +42,5 @@ def for_system(text: str, system: str | None = None,
         known = constants()
         if names - set(known):
             raise ZfsobsError(f"{', '.join(sorted(names - set(known)))} unknown for this module")
-        text = CONST_RE.sub(lambda m: str(known[m.group(1)]), text)
+        text = CONST_RE.sub(lambda m: script_int(known[m.group(1)], m.group(1)), text)
     return text

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zfsobs.errors import ZfsobsError
+from zfsobs.targets.cache_files import private_dir, read_trusted, write_atomic
 
 CACHE = "/var/cache/zfsobs/layouts"
 # where a DKMS or kmod-devel install keeps what a compile needs ({kver}, {version}, {arch})
@@ -256,28 +257,29 @@ def cache_path(inputs: Inputs) -> Path:
 
 def compiled(version: str, table: dict[str, list[str]]) -> tuple[dict[str, int], Inputs, str]:
     """(values, inputs, "cached" | "compiled in N s"): from the cache when its inputs match, else
-    compiled now and cached (a cache that cannot be written is skipped: doctor runs without root)."""
+    compiled now and cached. A cache that cannot be written is skipped (doctor runs without root);
+    one another user could write (cache_files.private_dir) is neither read nor written."""
     inputs = find_inputs(version)
     path, digest = cache_path(inputs), _digest(inputs, table)
+    cache, why = private_dir(path.parent)
     try:
-        entry = json.loads(path.read_text())
+        entry = json.loads(read_trusted(path) or "null") if cache else None
         if entry.get("digest") == digest:
             return {k: int(v) for k, v in entry["values"].items()}, inputs, "cached"
-    except (OSError, ValueError, KeyError, AttributeError):
+    except (ValueError, KeyError, AttributeError, TypeError):
         pass
     t0 = time.monotonic()
     values = compile_layouts(inputs, table)
     took = time.monotonic() - t0
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"digest": digest, "values": values, "src": str(inputs.src),
-                                   "config": str(inputs.config), "build": str(inputs.build),
-                                   "flags": inputs.flags(), "seconds": round(took, 1)}, indent=1) + "\n")
-        tmp.replace(path)
-    except OSError:
-        pass
-    return values, inputs, f"compiled in {took:.0f} s"
+    how = f"compiled in {took:.0f} s" + (f"; not cached: {why}" if why else "")
+    if cache:
+        try:
+            write_atomic(path, json.dumps({"digest": digest, "values": values, "src": str(inputs.src),
+                                           "config": str(inputs.config), "build": str(inputs.build),
+                                           "flags": inputs.flags(), "seconds": round(took, 1)}, indent=1) + "\n")
+        except OSError:
+            pass
+    return values, inputs, how
 
 
 _MODULES: dict[str, tuple[dict[str, int], str]] = {}

@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass, field
 
 from zfsobs.errors import FeatureAbsent, ZfsobsError
+from zfsobs.targets.names import script_int
 from zfsobs.targets.offsets import offsets_for
 from zfsobs.targets.probe_files import probes_dir
 from zfsobs.targets.target import Target
@@ -184,7 +185,7 @@ def render(name: str, target: Target, bpftrace: str = "") -> Rendered:
                 if not sep:
                     continue
                 line = code[:len(code) - len(code.lstrip())] + fallback.strip()
-            line = _OFF_RE.sub(lambda m: str(offsets[m.group(1)]), line)
+            line = _OFF_RE.sub(lambda m: script_int(offsets[m.group(1)], m.group(1)), line)
             line = _GLOBAL_RE.sub(lambda m: addresses[m.group(1)], line)
             line = _PROBE_RE.sub(lambda m: (target.entry if m.group(1) == "ENTRY" else target.ret)(m.group(2)), line)
             line = re.sub(r"\bPROC\b", target.proc, line)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
 from zfsobs.errors import ZfsobsError
+from zfsobs.targets.names import LIBRARY_CHARS, LIBRARY_PATH_RE, library_path
 from zfsobs.targets.probe_files import offsets_table
 from zfsobs.targets.platforms import uses_dtrace
 
@@ -43,12 +44,17 @@ class Target:
                "build_id": self.build_id, "btf": self.btf}
         return {**out, "layouts": self.layouts} if self.layouts else out
 
-    # How a probe attaches here (used by render.render).
+    # How a probe attaches here (used by render.render): only a whitelisted path goes in.
     def entry(self, fn: str) -> str:
-        return f"uprobe:{self.path}:{fn}" if self.kind == "libzpool" else f"kprobe:{fn}"
+        return f"uprobe:{self._script_path()}:{fn}" if self.kind == "libzpool" else f"kprobe:{fn}"
 
     def ret(self, fn: str) -> str:
-        return f"uretprobe:{self.path}:{fn}" if self.kind == "libzpool" else f"kretprobe:{fn}"
+        return f"uretprobe:{self._script_path()}:{fn}" if self.kind == "libzpool" else f"kretprobe:{fn}"
+
+    def _script_path(self) -> str:
+        if not LIBRARY_PATH_RE.fullmatch(self.path):
+            raise ZfsobsError(f"library path {self.path!r}: a probe script takes only {LIBRARY_CHARS}")
+        return self.path
 
     @property
     def proc(self) -> str:
@@ -223,6 +229,7 @@ def libzpool(path: str | None = None) -> Target:
         raise ZfsobsError(f"{path}: is a directory; --target names a libzpool.so file")
     if not os.path.isfile(real):
         raise ZfsobsError(f"{path}: no such library")
+    real = library_path(path, real)     # before anything reads it: the path goes into the scripts
     version, build_id = library_identity(real)
     target = Target("libzpool", real, version, build_id)
     if "spa_sync" not in target.functions:     # every OpenZFS has it; without it this is not ZFS

@@ -1,0 +1,92 @@
+"""Values on their way into the kernel lab's commands (no guest is booted, no image built): the
+image builder run from a checkout whose path holds a space, -o module options (they go into the
+guest's setup shell script), --share paths (QEMU -virtfs values and the guest's shares file)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zfsobs.errors import ZfsobsError
+from zfsobs.labs import guest
+from zfsobs.labs.kernel import KernelLab
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+# ensure_image in the copy, with the builder asked only to print its directory (it builds nothing)
+ENSURE = """
+import sys
+from zfsobs.labs import guest
+from zfsobs.errors import ZfsobsError
+plain = guest.builder_command
+guest.builder_command = lambda *a: plain(*a) + ["--print-dir"]
+print("expect", guest.image_dir(), file=sys.stderr, flush=True)
+try:
+    guest.ensure_image()
+except ZfsobsError as exc:
+    print("error", exc, file=sys.stderr)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="ensure_image builds only as root")
+def test_the_builder_runs_from_a_checkout_whose_path_holds_a_space(tmp_path):
+    """builder.split() made the old code run `/tmp/.../a` (FileNotFoundError, a traceback)."""
+    copy = tmp_path / "a checkout" / "zfsobs"
+    shutil.copytree(CHECKOUT / "zfsobs", copy / "zfsobs", ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "scripts").mkdir()
+    shutil.copy2(CHECKOUT / "scripts" / "kernel-lab-image", copy / "scripts")
+    env = dict(os.environ, PYTHONPATH=str(copy), ZFSOBS_KLAB_CACHE=str(tmp_path / "cache"))
+    res = subprocess.run([sys.executable, "-c", ENSURE], cwd=copy, env=env, capture_output=True,
+                         text=True, timeout=120)
+    lines = res.stderr.splitlines()
+    expect = next(l.split(" ", 1)[1] for l in lines if l.startswith("expect "))
+    assert "Traceback" not in res.stderr, res.stderr
+    assert expect in lines, res.stderr                                   # the builder ran and printed it
+    assert f"building it now with '{copy}/scripts/kernel-lab-image' --print-dir" in res.stderr
+    assert any(l.startswith("error building the kernel lab image failed (rc 0)") for l in lines)
+    assert not (tmp_path / "cache").exists()                             # --print-dir made nothing
+    assert guest.builder_command("btf")[1:] == ["--btf"]
+
+
+@pytest.mark.parametrize("opt", ["zfs_arc_max=1;reboot", "zfs_arc_max=$(id)", "zfs_arc_max=1 2",
+                                 "zfs_arc_max=`id`", "x=1\nreboot", "zfs_arc_max=\u0661", "a;b=1", "Z=1"])
+def test_a_module_option_that_is_not_shell_safe_is_refused(opt):
+    with pytest.raises(ZfsobsError) as exc:
+        guest.parse_module_options([opt])
+    assert "use NAME=VALUE" in str(exc.value)
+
+
+def test_a_module_option_goes_into_the_setup_script_as_one_word():
+    options = guest.parse_module_options(["zfs_vdev_cache_size=1048576", "zfs_dbgmsg_enable=1"])
+    script = guest.setup_script(guest.LAYOUTS["single"], options)
+    assert "modprobe zfs zfs_vdev_cache_size=1048576 zfs_dbgmsg_enable=1\n" in script
+
+
+@pytest.mark.parametrize("name", ["tab\there", "new\nline", "esc\x1b[2J", "trailing "])
+def test_a_share_path_the_guest_cannot_read_back_is_refused(name, tmp_path):
+    (tmp_path / name).mkdir()
+    with pytest.raises(ZfsobsError) as exc:
+        KernelLab(["true"], shares=[str(tmp_path / name)])
+    assert "control character or an outer blank" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_share_paths_with_commas_and_spaces_reach_qemu_whole(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZFSOBS_KLAB_TMP", str(tmp_path))
+    monkeypatch.setenv("ZFSOBS_KLAB_CACHE", str(tmp_path / "cache"))
+    share = tmp_path / "my share,id=evil,path=" / "x y"
+    share.mkdir(parents=True)
+    lab = KernelLab(["true"], shares=[str(share)], layout="single", disk_size="128M")
+    try:
+        argv = lab._prepare(tmp_path / "img")
+        virtfs = [argv[i + 1] for i, a in enumerate(argv) if a == "-virtfs"]
+        mine = [v for v in virtfs if "zfsobs_share0" in v]
+        assert mine == [f"local,path={str(share).replace(',', ',,')},mount_tag=zfsobs_share0,"
+                        "security_model=none,id=share0"]
+        assert (lab.dir / "ctl" / "shares").read_text().splitlines()[0] == f"zfsobs_share0 {share}"
+        assert oct((tmp_path / "cache" / "layouts").stat().st_mode & 0o777) == "0o700"
+    finally:
+        lab.stop()
