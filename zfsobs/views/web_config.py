@@ -18,7 +18,9 @@ import yaml
 
 from zfsobs.errors import ZfsobsError
 
-MAX_FILE = 1 << 20
+MAX_FILE = 1 << 16      # a web config of a few users is a few KiB
+# libyaml's parser where PyYAML has it: it bounds nesting and is fast; PyYAML's own otherwise
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
                 "TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
 CLIENT_AUTH = {"NoClientCert": ssl.CERT_NONE, "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
@@ -85,14 +87,15 @@ def _read(path: str) -> dict:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise _fail(path, exc.strerror or str(exc)) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _fail(path, "not a regular file")
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise _fail(path, "not a regular file")
         data = f.read(MAX_FILE + 1)
     if len(data) > MAX_FILE:
         raise _fail(path, f"larger than {MAX_FILE} bytes")
     try:
-        doc = yaml.safe_load(data)
+        doc = yaml.load(data, Loader=LOADER)
     except (yaml.YAMLError, RecursionError, UnicodeError) as exc:
         raise _fail(path, f"not YAML: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     if doc is None:
@@ -128,6 +131,11 @@ def _tls(path: str, sec: dict) -> ssl.SSLContext | None:
             raise _fail(path, f"tls_server_config.{key} is required")
         return os.path.join(here, sec[key])
 
+    auth = sec.get("client_auth_type", "NoClientCert")
+    if auth in UNSUPPORTED:
+        raise _fail(path, f"client_auth_type {auth} is not supported by zfsobs ({UNSUPPORTED[auth]})")
+    if auth not in CLIENT_AUTH:
+        raise _fail(path, f"client_auth_type {auth!r}, want one of {', '.join(CLIENT_AUTH)}")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     for key, attr, default in (("min_version", "minimum_version", "TLS12"), ("max_version", "maximum_version", "TLS13")):
         name = sec.get(key, default)
@@ -139,11 +147,6 @@ def _tls(path: str, sec: dict) -> ssl.SSLContext | None:
         ctx.load_cert_chain(cert, key)
     except (OSError, ssl.SSLError) as exc:
         raise _fail(path, f"cannot load cert_file/key_file: {getattr(exc, 'strerror', None) or exc}") from None
-    auth = sec.get("client_auth_type", "NoClientCert")
-    if auth in UNSUPPORTED:
-        raise _fail(path, f"client_auth_type {auth} is not supported by zfsobs ({UNSUPPORTED[auth]})")
-    if auth not in CLIENT_AUTH:
-        raise _fail(path, f"client_auth_type {auth!r}, want one of {', '.join(CLIENT_AUTH)}")
     if auth != "NoClientCert":
         ca = file("client_ca_file")
         try:
