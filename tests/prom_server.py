@@ -20,6 +20,15 @@ def missing() -> str:
     return ""
 
 
+def wait_for(path, text, proc, timeout):
+    """Wait until file PATH holds TEXT, while PROC still runs."""
+    deadline = time.time() + timeout
+    while text not in path.read_text():
+        assert proc.poll() is None, path.read_text()[-2000:]
+        assert time.time() < deadline, f"no {text!r} in {timeout} s: {path.read_text()[-2000:]}"
+        time.sleep(0.3)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

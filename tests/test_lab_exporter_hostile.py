@@ -18,7 +18,7 @@ import bcrypt
 import pytest
 
 from conftest import lab_ready, lab_run, ztest_lived
-from prom_server import Prometheus, free_port, missing
+from prom_server import Prometheus, free_port, missing, wait_for
 from test_exporter_tls import PASSWORD, get, make_certs
 from zfsobs.capture import read_capture
 
@@ -30,14 +30,6 @@ FLOOD, HOLD_S = 1100, 20
 
 def default_fd_limit():
     resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-
-
-def wait_for(path, text, proc, timeout):
-    deadline = time.time() + timeout
-    while text not in path.read_text():
-        assert proc.poll() is None, path.read_text()[-2000:]
-        assert time.time() < deadline, f"no {text!r} in {timeout} s: {path.read_text()[-2000:]}"
-        time.sleep(0.3)
 
 
 def events(server) -> float:
