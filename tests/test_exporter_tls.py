@@ -11,12 +11,14 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from types import SimpleNamespace
 
 import bcrypt
 import pytest
 
-from prom_server import Prometheus, missing
+from prom_server import Prometheus, free_port, missing
 from test_exporter_http import Served
+from zfsobs.views import exporter
 
 PASSWORD = "s3cret pass"
 
@@ -32,6 +34,11 @@ def make_certs(tmp):
     (tmp / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n")
     run("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
         "-extfile", "ext.cnf", "-out", "server.crt")
+    run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-subj", "/CN=prometheus",
+        "-keyout", "client.key", "-out", "client.csr")
+    (tmp / "client.cnf").write_text("extendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n")
+    run("x509", "-req", "-in", "client.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
+        "-extfile", "client.cnf", "-out", "client.crt")
 
 
 @pytest.fixture(scope="module")
@@ -93,3 +100,29 @@ def test_prometheus_scrapes_over_https_with_basic_auth(tls_served):
         assert "401" in bad[0]["lastError"], bad
     finally:
         server.stop()
+
+
+def test_a_required_client_certificate_is_verified(tmp_path):
+    make_certs(tmp_path)
+    (tmp_path / "web.yml").write_text("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+                                      "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n")
+    s = Served(tmp_path, web=tmp_path / "web.yml")
+    try:
+        url = f"https://127.0.0.1:{s.port}/metrics"
+        ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+        with pytest.raises(OSError):        # no client certificate: the handshake fails
+            urllib.request.urlopen(url, timeout=10, context=ctx).read()
+        ctx.load_cert_chain(str(tmp_path / "client.crt"), str(tmp_path / "client.key"))
+        with urllib.request.urlopen(url, timeout=10, context=ctx) as r:
+            assert r.status == 200 and b"zfsobs_test_value" in r.read()
+    finally:
+        s.stop()
+
+
+def test_basic_auth_over_plain_http_warns(tmp_path, capsys):
+    hashed = bcrypt.hashpw(b"x", bcrypt.gensalt(rounds=4)).decode()
+    (tmp_path / "web.yml").write_text(f"basic_auth_users:\n  u: '{hashed}'\n")
+    sock, web = exporter.prepare(SimpleNamespace(web_config_file=str(tmp_path / "web.yml"),
+                                                 listen=f"127.0.0.1:{free_port()}"))
+    sock.close()
+    assert web.users and web.tls is None and "basic auth over plain HTTP" in capsys.readouterr().err
