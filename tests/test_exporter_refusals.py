@@ -100,3 +100,16 @@ def test_a_vq_line_of_an_unknown_class_is_counted_not_raised(capture_path, cls):
     text = generate_latest(registry).decode()
     assert "zfsobs_vdev_queue_unknown_class_events_total 1.0" in text
     assert 'priority="sync_read"' in text and f'priority="{cls}"' not in text
+
+
+def test_an_ipv6_literal_in_brackets_and_a_name_bind():
+    from zfsobs.views import listen
+    for text, family in ((f"[::1]:{free_port()}", socket.AF_INET6), (f"localhost:{free_port()}", None)):
+        try:
+            sock = listen.bind(text)
+        except Exception as exc:
+            if "::1" in text and "Cannot assign" in str(exc):
+                continue        # a host without IPv6 loopback
+            raise
+        with sock:
+            assert family is None or sock.family == family
