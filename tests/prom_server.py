@@ -20,6 +20,15 @@ def missing() -> str:
     return ""
 
 
+def wait_for(path, text, proc, timeout):
+    """Wait until file PATH holds TEXT, while PROC still runs."""
+    deadline = time.time() + timeout
+    while text not in path.read_text():
+        assert proc.poll() is None, path.read_text()[-2000:]
+        assert time.time() < deadline, f"no {text!r} in {timeout} s: {path.read_text()[-2000:]}"
+        time.sleep(0.3)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -27,14 +36,16 @@ def free_port() -> int:
 
 
 class Prometheus:
-    def __init__(self, tmp: Path, data: Path | None = None, scrape: str | None = None):
-        """A server on `data` (a fresh directory if None), scraping `scrape` (HOST:PORT) every second."""
+    def __init__(self, tmp: Path, data: Path | None = None, scrape: str | None = None, jobs: list | None = None):
+        """A server on `data` (a fresh directory if None), scraping `scrape` (HOST:PORT) every second,
+        and any further scrape configs in `jobs`."""
         self.dir = tmp
         self.data = data or tmp / "data"
         self.port = free_port()
         cfg = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"}, "scrape_configs": []}
         if scrape:
             cfg["scrape_configs"].append({"job_name": "zfsobs", "static_configs": [{"targets": [scrape]}]})
+        cfg["scrape_configs"] += jobs or []
         (tmp / "prometheus.yml").write_text(json.dumps(cfg))      # YAML is a superset of JSON
         self.log = open(tmp / "prometheus.log", "w")
         self.proc = subprocess.Popen(

@@ -17,7 +17,7 @@ from collections import Counter, defaultdict
 import pytest
 
 from conftest import lab_ready, lab_run, ztest_lived
-from prom_server import Prometheus, free_port, missing
+from prom_server import Prometheus, free_port, missing, wait_for
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser, parse_all
 from zfsobs.model import Model
@@ -27,14 +27,6 @@ pytestmark = [pytest.mark.lab, pytest.mark.skipif(bool(lab_ready() or missing())
 ZFSOBS = [sys.executable, "-m", "zfsobs"]
 DASHBOARD = os.path.join(os.path.dirname(__file__), "..", "docs", "grafana", "zfsobs-dashboard.json")
 CHANGE = "zfs_vdev_async_write_max_active=5"
-
-
-def wait_for(path, text, proc, timeout):
-    deadline = time.time() + timeout
-    while text not in path.read_text():
-        assert proc.poll() is None, path.read_text()[-2000:]
-        assert time.time() < deadline, f"no {text!r} in {timeout} s: {path.read_text()[-2000:]}"
-        time.sleep(0.3)
 
 
 @pytest.fixture(scope="module")

@@ -209,14 +209,14 @@ def _record(args) -> int:
 def _exporter(args) -> int:
     from zfsobs.session import Session
     from zfsobs.views import exporter
-    exporter.parse_listen(args.listen)         # a bad address before anything starts
+    sock, web = exporter.prepare(args)        # a bad address or web config before anything starts
     args.force = False
     with Session(args, counters=True) as session:
         kstat = session.source.meta.get("kstat")
         if kstat:
             print(f"zfsobs: kstat mode ({kstat['why']}): ZFS's own counters, fewer metrics (docs/prometheus.md)",
                   file=sys.stderr)
-        server = exporter.serve(session, args.listen)
+        server = exporter.serve(session, sock, web, args.listen)
     if _probe_died(session):
         server.shutdown()
         return 1

@@ -118,7 +118,10 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("exporter", help="serve the live figures on /metrics for Prometheus (docs/prometheus.md)")
     _target_args(p)
     p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
-                   help=f"where /metrics is served (default {DEFAULT_LISTEN}, loopback)")
+                   help=f"where /metrics is served (default {DEFAULT_LISTEN}, loopback; write the host: "
+                        "0.0.0.0:PORT, [::]:PORT)")
+    p.add_argument("--web-config-file", metavar="FILE",
+                   help="TLS and basic auth, in the Prometheus exporter-toolkit's format (docs/prometheus.md)")
     _record_arg(p)
     p.add_argument("--duration", type=positive, metavar="S", help="stop after S seconds")
 

@@ -1,28 +1,32 @@
 """`zfsobs exporter`: the live model on /metrics for Prometheus (docs/prometheus.md).
 
-prometheus_client serves it, and picks Prometheus text or OpenMetrics by the scraper's Accept
-header. The session's loop (main thread) makes a snapshot of the families twice a second; the
-HTTP thread only hands the latest one out, so a scrape never reads the model while it changes."""
+prometheus_client writes the exposition, Prometheus text or OpenMetrics by the scraper's Accept
+header; zfsobs/views/http_server.py serves it within fixed bounds. The session's loop (main thread)
+makes a snapshot of the families twice a second; the HTTP threads only hand the latest one out, so
+a scrape never reads the model while it changes, and no client can slow or stop the session."""
 from __future__ import annotations
 
 import signal
 import sys
 import threading
 
-from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import CollectorRegistry
 
 from zfsobs import __version__
-from zfsobs.cli_parser import DEFAULT_LISTEN
-from zfsobs.errors import ZfsobsError
+from zfsobs.views import listen, web_config
+from zfsobs.views.http_server import Server
 from zfsobs.views.prometheus import families
 
 
-def parse_listen(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ZfsobsError(f"--listen {text}: want HOST:PORT, e.g. {DEFAULT_LISTEN}")
-    return host.strip("[]") or "0.0.0.0", int(port)
+def prepare(args):
+    """The listening socket and the web config, checked and bound before the session starts
+    anything: a bad address or file is one line with nothing started."""
+    web = web_config.load(args.web_config_file)
+    sock = listen.bind(args.listen)
+    if web.users and not web.tls:
+        print("zfsobs: warning: basic auth over plain HTTP: passwords cross the network in clear text "
+              "(add tls_server_config)", file=sys.stderr, flush=True)
+    return sock, web
 
 
 class Snapshot:
@@ -35,9 +39,8 @@ class Snapshot:
         return self.latest
 
 
-def serve(session, listen: str):
+def serve(session, sock, web, where: str):
     """Serve while the session runs; the server, still up, for linger() or shutdown()."""
-    host, port = parse_listen(listen)
     meta = session.source.meta
     target = meta.get("target") or {}
     info = {"version": __version__, "source": meta.get("source", "?"),
@@ -54,11 +57,10 @@ def serve(session, listen: str):
         return True
 
     update()
-    try:
-        server, _ = start_http_server(port, addr=host, registry=registry)
-    except OSError as exc:
-        raise ZfsobsError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
-    print(f"zfsobs: serving /metrics on http://{listen}/metrics", file=sys.stderr, flush=True)
+    server = Server(sock, registry, web)
+    registry.register(server)
+    scheme = "https" if web.tls else "http"
+    print(f"zfsobs: serving /metrics on {scheme}://{where}/metrics", file=sys.stderr, flush=True)
     try:
         session.run(on_tick=update)
         update()

@@ -146,6 +146,8 @@ def _vq(model: Model, ts) -> list:
     }
     totals, depth = model.counters.by_path()
     for (pool, path, cls), c in sorted(totals.items()):
+        if not 0 <= cls < len(CLASSES):        # counted in zfsobs_vdev_queue_unknown_class_events
+            continue
         lab = [pool, path, CLASSES[cls]]
         d = depth.get((pool, path, cls), (0, 0))
         fam["pend"].add_metric(lab, d[0], timestamp=ts)
@@ -159,10 +161,15 @@ def _vq(model: Model, ts) -> list:
     floor = GaugeMetricFamily("zfsobs_vdev_queue_min_active", "The class's zfs_vdev_*_min_active",
                               labels=["zpool", "priority"])
     for (pool, cls), (hi, lo) in sorted(model.counters.limits.items()):
+        if not 0 <= cls < len(CLASSES):
+            continue
         limit.add_metric([pool, CLASSES[cls]], hi, timestamp=ts)
         floor.add_metric([pool, CLASSES[cls]], lo, timestamp=ts)
+    unknown = CounterMetricFamily("zfsobs_vdev_queue_unknown_class_events", "vdev queue lines of an I/O "
+                                  "class this zfsobs has no name for (a newer ZFS's): left out of the families")
+    unknown.add_metric([], model.vq.unknown_class, timestamp=ts)
     na = model.na.get("vdev_queue", ())      # kstat mode: depths only (docs/kstat.md)
-    return [f for key, f in fam.items() if key not in na] + [limit, floor]
+    return [f for key, f in fam.items() if key not in na] + [limit, floor, unknown]
 
 
 def _vc(model: Model, ts) -> list:
