@@ -196,8 +196,9 @@ class Lab:
             why += f" ({check.strip()[:300]})"
         if tail and not self.kept_log:
             kept = "/var/tmp" if os.access("/var/tmp", os.W_OK) else tempfile.gettempdir()
-            self.kept_log = os.path.join(kept, f"zfsobs-ztest-{os.getpid()}.log")
-            with open(self.kept_log, "wb") as f:
+            # a new file of a name no one can guess (O_EXCL, O_NOFOLLOW): root writes it in a shared dir
+            fd, self.kept_log = tempfile.mkstemp(prefix=f"zfsobs-ztest-{os.getpid()}-", suffix=".log", dir=kept)
+            with open(fd, "wb") as f:
                 f.write(tail)
         return why + (f"; its log: {self.kept_log}" if self.kept_log else "")
 
