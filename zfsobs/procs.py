@@ -1,5 +1,8 @@
 """Processes: finding them in /proc, and making sure our children and temp files do not outlive
-zfsobs, even when it is killed with SIGKILL."""
+zfsobs, even when it is killed with SIGKILL.
+
+Run as a script (`python -I -S procs.py watch DIR`) it is a Watchdog: a process of its own that
+outlives a SIGKILL of zfsobs and then kills what zfsobs handed it and removes its directory."""
 from __future__ import annotations
 
 import ctypes
@@ -8,6 +11,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 from typing import Callable
 
 PR_SET_PDEATHSIG = 1
@@ -80,7 +84,7 @@ def _ours(st: os.stat_result) -> bool:
 
 def remove_stale(root: str, prefix: str) -> None:
     """Remove root/<prefix><pid>-* directories whose zfsobs (pid) is gone: left when a SIGKILL
-    took zfsobs; and first stop what still holds a file in one. Only what
+    took zfsobs and its Watchdog too; and first stop what still holds a file in one. Only what
     zfsobs provably made goes: a real directory (opened O_NOFOLLOW, never through a symlink),
     root's, writable by no one else, in a root where no one else can rename entries (sticky or
     not writable by others); removed relative to that root's fd, never following a symlink."""
@@ -154,3 +158,67 @@ def in_group(pid: int, leader: int, program: str) -> bool:
     """Process `pid` runs `program` (a resolved path) in the process group `leader` leads."""
     return os.getpgid(pid) == leader and exe(pid) == program
 
+
+class Watchdog:
+    """A process of its own session that zfsobs tells, through a pipe only zfsobs holds, which
+    process groups to kill and which directory (one zfsobs made) to remove once zfsobs is gone
+    without calling done(): after a SIGKILL, when no parent-death signal reaches a grandchild
+    (the lab's ztest pass, forked by ztest). done() ends it without touching anything."""
+
+    def __init__(self, directory: str):
+        read, self._pipe = os.pipe()         # not inheritable: no other child holds it open
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-I", "-S", os.path.abspath(__file__), "watch", directory],
+                                         stdin=read, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                         start_new_session=True, cwd="/")
+        except BaseException:
+            os.close(self._pipe)
+            raise
+        finally:
+            os.close(read)
+
+    def group(self, pgid: int) -> None:
+        """Kill process group `pgid` if zfsobs dies."""
+        os.write(self._pipe, f"{pgid}\n".encode())
+
+    def done(self) -> None:
+        """zfsobs stopped and removed everything itself: the watchdog exits and does nothing."""
+        if self._pipe < 0:
+            return
+        try:
+            os.write(self._pipe, b"done\n")
+        except OSError:
+            pass
+        os.close(self._pipe)
+        self._pipe = -1
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _watch(directory: str) -> None:
+    """The watchdog's side: read pgids until "done" (exit) or end of file (zfsobs is gone)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_IGN)
+    groups = []
+    for line in sys.stdin.buffer:
+        if line == b"done\n":
+            return
+        if line.strip().isdigit():
+            groups.append(int(line))
+    for pgid in groups:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            pass
+    try:
+        if _ours(os.lstat(directory)):     # rmtree never follows a symlink (fd-based on Linux)
+            shutil.rmtree(directory, ignore_errors=True)
+    except OSError:
+        pass
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["watch"] and len(sys.argv) == 3:
+    _watch(sys.argv[2])
