@@ -26,10 +26,11 @@ import time
 from pathlib import Path
 
 from zfsobs.errors import ZfsobsError
+from zfsobs.procs import remove_stale
 from zfsobs.labs.guest import (BUILDER, GUEST_LAYOUTS, POOL, PROJECT, cache_dir, ensure_image, image_dir,
                                  parse_layout, parse_module_options, parse_size, parse_workload, probe_accel,
                                  setup_script)
-from zfsobs.procs import die_with_parent, remove_stale, stop
+from zfsobs.procs import die_with_parent, stop
 from zfsobs.signals import Terminated, whole
 
 AGENT = PROJECT / "scripts" / "kernel-lab-guest"
