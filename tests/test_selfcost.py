@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from zfsobs.procs import stop
 from zfsobs.sources.selfcost import SelfCost, bpf_runs, cpu_seconds
 
 BUSY = "import time\nend = time.time() + 0.6\nwhile time.time() < end: pass\n"
@@ -56,5 +57,35 @@ def test_a_tracer_s_programs_are_read_again_from_the_fds_that_held_them():
         assert bpf_runs(proc.pid, fds).keys() == whole.keys() == bpf_runs(proc.pid).keys()
         assert fds == kept
     finally:
-        proc.terminate()
-        proc.wait()
+        stop(proc, 10)       # bpftrace 0.17 can lose a SIGTERM: then SIGKILL
+
+
+FAILED_READ = """
+import os, resource, time
+from zfsobs.sources.selfcost import SelfCost, cpu_seconds
+end = time.process_time() + 0.3
+while time.process_time() < end:
+    pass
+cost = SelfCost({"gone": 2 ** 22 + 1})       # a pid no process can have: every read fails
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+held = []
+try:
+    while True:
+        held.append(os.open("/dev/null", os.O_RDONLY))
+except OSError:
+    pass                                 # no fd left: the next /proc read of our own fails
+assert cpu_seconds("self") is None
+totals = cost.totals()
+for fd in held:
+    os.close(fd)
+print(totals["zfsobs_cpu_s"], totals["gone"]["cpu_s"])
+"""
+
+
+def test_a_failed_proc_read_is_skipped_not_subtracted():
+    """No fd left (a real EMFILE) fails zfsobs's read of its own /proc/self/stat at the end: the
+    cost is what was read before (0 or more), never minus the CPU time of the start (-0.45 once)."""
+    out = subprocess.run([sys.executable, "-c", FAILED_READ], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    own, gone = map(float, out.stdout.split())
+    assert own >= 0 and gone == 0, out.stdout

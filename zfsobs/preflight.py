@@ -10,11 +10,14 @@ from zfsobs.errors import ZfsobsError
 
 
 def check_output_name(path: str, force: bool) -> None:
-    """-O FILE names a file this run may write: not a directory, not an existing file without --force."""
+    """-O FILE names a file this run may write: not a directory, not an existing file without --force,
+    with it only a regular file (never through a symlink)."""
     if os.path.isdir(path):
         raise ZfsobsError(f"{path}: is a directory; name the capture file to write")
     if os.path.lexists(path) and not force:
         raise ZfsobsError(f"{path}: exists; choose another name or pass --force")
+    if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):    # a symlink, a device
+        raise ZfsobsError(f"-O {path}: not a regular file")
 
 
 def check_output_dir(path: str) -> None:

@@ -14,7 +14,7 @@ from zfsobs.labs.userland import Lab
 from zfsobs.model import Model
 from zfsobs.pipeline import Pipeline
 from zfsobs.preflight import check_command, check_lab_options, check_output_dir, check_output_name
-from zfsobs.procs import stop
+from zfsobs.procs import die_with_parent, stop
 from zfsobs.events import format_line
 from zfsobs.sources.selfcost import SelfCost
 from zfsobs.signals import Terminated, raise_on_termination, restore_defaults, whole
@@ -110,8 +110,8 @@ class Session:
                                  pool_prefixes=prefixes, watcher=self.watcher)
         if getattr(args, "command", None):
             with whole():
-                try:
-                    self.command = subprocess.Popen(args.command)
+                try:     # SIGTERM when zfsobs dies, as its stop sends first: the command may clean up
+                    self.command = subprocess.Popen(args.command, preexec_fn=die_with_parent)
                 except OSError as exc:     # checked at the start; e.g. a script without #!
                     raise ZfsobsError(f"cannot run {args.command[0]}: {exc.strerror}", 126) from None
                 self.stack.callback(self._stop_command)

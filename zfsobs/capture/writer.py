@@ -12,6 +12,8 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
+import tempfile
 import time
 
 from zfsobs.capture.digest import SPAN_SECONDS, Digest, digestible
@@ -36,19 +38,40 @@ class _Lines:
         self.high = -NO_TS
 
 
+def _create(path: str, force: bool) -> int:
+    """A new file at `path`, mode 0600, for writing. Without --force it must not exist; with it,
+    only a regular file is replaced, by a new one written beside it (O_EXCL) and renamed over it:
+    never a symlink's target, a device or another name's link to the old file, and no mode
+    change to anything but the file made here."""
+    try:
+        if not force:
+            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                raise ZfsobsError(f"-O {path}: not a regular file")
+        except FileNotFoundError:
+            pass
+        parent, name = os.path.split(os.path.abspath(path))
+        fd, new = tempfile.mkstemp(prefix=f".{name}.", dir=parent)     # O_EXCL, O_NOFOLLOW, 0600
+        try:
+            os.rename(new, path)
+        except OSError:
+            os.close(fd)
+            os.unlink(new)
+            raise
+        return fd
+    except FileExistsError:
+        raise ZfsobsError(f"{path}: exists; choose another name or pass --force") from None
+    except OSError as exc:
+        raise ZfsobsError(f"{path}: cannot create capture: {exc.strerror}") from None
+
+
 class CaptureWriter:
     """Tee for the event stream. `add(line, event)` buffers; `tick()` writes records when due."""
 
     def __init__(self, path: str, meta: dict, force: bool = False, span_s: float = SPAN_SECONDS):
         self.path = path
-        flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if force else os.O_EXCL)
-        try:
-            self._fd = os.open(path, flags, 0o600)
-        except FileExistsError:
-            raise ZfsobsError(f"{path}: exists; choose another name or pass --force") from None
-        except OSError as exc:
-            raise ZfsobsError(f"{path}: cannot create capture: {exc.strerror}") from None
-        os.fchmod(self._fd, 0o600)   # also when --force reuses a file with looser bits
+        self._fd = _create(path, force)
         self._buf = {b"E": _Lines(), b"V": _Lines()}
         self._seq = 0
         self._digest = Digest()

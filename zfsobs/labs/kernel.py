@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from zfsobs.errors import ZfsobsError
+from zfsobs.procs import remove_stale
 from zfsobs.labs.guest import (BUILDER, GUEST_LAYOUTS, POOL, PROJECT, cache_dir, ensure_image, image_dir,
                                  parse_layout, parse_module_options, parse_size, parse_workload, probe_accel,
                                  setup_script)
@@ -41,14 +42,6 @@ TEMP_PREFIX = "zfsobs-klab-"
 STOP_GRACE = 120.0        # after Ctrl-C: how long CMD gets to finish in the guest (TCG is slow)
 POWEROFF_GRACE = 60.0     # after CMD ended (its rc written): how long the guest gets to power off
 ATTACH_TIMEOUT_TCG = 900  # bpftrace compiles and attaches ~20x slower under TCG
-
-
-def sweep_stale(tmp: Path) -> None:
-    """Remove temp dirs left by a run that was SIGKILLed (its qemu died with it: PDEATHSIG)."""
-    for d in tmp.glob(TEMP_PREFIX + "*"):
-        m = re.match(re.escape(TEMP_PREFIX) + r"(\d+)-", d.name)
-        if m and not Path(f"/proc/{m.group(1)}").exists():
-            shutil.rmtree(d, ignore_errors=True)
 
 
 def _opt(path: Path) -> str:
@@ -114,7 +107,7 @@ class KernelLab:
     # ------------------------------------------------------------------ set up
     def _prepare(self, img: Path) -> list[str]:
         tmp = Path(os.environ.get("ZFSOBS_KLAB_TMP") or "/var/tmp")
-        sweep_stale(tmp)
+        remove_stale(str(tmp), TEMP_PREFIX)     # a run SIGKILLed (its qemu died with it: PDEATHSIG)
         self.dir = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", dir=tmp))
         ctl = self.dir / "ctl"
         ctl.mkdir()

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 
 from zfsobs.errors import ZfsobsError
-from zfsobs.procs import die_with_parent, in_group, remove_stale
+from zfsobs.procs import Watchdog, die_with_parent, in_group, remove_stale
 from zfsobs.signals import whole
 from zfsobs.targets.target import Target, libzpool, linked_library
 
@@ -113,6 +113,7 @@ class Lab:
         self.dir = ""
         self.kept_log = ""
         self.proc: subprocess.Popen | None = None
+        self.watchdog: Watchdog | None = None
         # A pool name of its own, so other ztest runs on this machine (same library) are told apart.
         self.pool = f"zfsobs_lab_{os.getpid()}"
 
@@ -124,6 +125,8 @@ class Lab:
         root = _workroot()
         remove_stale(root, PREFIX)
         self.dir = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=root)
+        # ztest's pass processes are ztest's children: no parent-death signal of ours reaches them
+        self.watchdog = Watchdog(self.dir)
         libdir = os.path.join(self.dir, "lib")
         vdevs = os.path.join(self.dir, "vdevs")
         os.mkdir(libdir)
@@ -149,6 +152,7 @@ class Lab:
             self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env,
                                          stdin=subprocess.DEVNULL, start_new_session=True,
                                          preexec_fn=die_with_parent)
+            self.watchdog.group(self.proc.pid)
         self.started = time.monotonic()
         return self
 
@@ -196,8 +200,9 @@ class Lab:
             why += f" ({check.strip()[:300]})"
         if tail and not self.kept_log:
             kept = "/var/tmp" if os.access("/var/tmp", os.W_OK) else tempfile.gettempdir()
-            self.kept_log = os.path.join(kept, f"zfsobs-ztest-{os.getpid()}.log")
-            with open(self.kept_log, "wb") as f:
+            # a new file of a name no one can guess (O_EXCL, O_NOFOLLOW): root writes it in a shared dir
+            fd, self.kept_log = tempfile.mkstemp(prefix=f"zfsobs-ztest-{os.getpid()}-", suffix=".log", dir=kept)
+            with open(fd, "wb") as f:
                 f.write(tail)
         return why + (f"; its log: {self.kept_log}" if self.kept_log else "")
 
@@ -223,6 +228,9 @@ class Lab:
         if self.dir:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = ""
+        if self.watchdog is not None:
+            self.watchdog.done()
+            self.watchdog = None
 
     def __enter__(self) -> "Lab":
         return self.start()

@@ -106,15 +106,21 @@ class SelfCost:
         self.tracer = tracer
         self.start = time.monotonic()
         self._seen: dict[str, dict] = {}  # the last reading of each probe and program: kept once gone
+        self._own_cpu_s: float | None = None    # zfsobs's last reading (None: none yet)
         self._base = self._read()
         self._last = self._now()
         self._text = ""
 
     def _read(self) -> dict:
-        out = {"zfsobs_cpu_s": cpu_seconds("self") or 0.0}
+        """Totals now; a process whose /proc read fails keeps its last reading (a failed read is
+        skipped, never taken for 0 s and subtracted), None until it has one."""
+        cpu = cpu_seconds("self")
+        if cpu is not None:
+            self._own_cpu_s = cpu
+        out = {"zfsobs_cpu_s": self._own_cpu_s}
         for name, pid in self.probes.items():
             cpu = cpu_seconds(pid)
-            seen = self._seen.setdefault(name, {"cpu_s": 0.0, "progs": {}})
+            seen = self._seen.setdefault(name, {"cpu_s": None, "progs": {}})
             if cpu is not None:
                 seen["cpu_s"] = cpu
                 # per program: a tracer that is detaching has closed some of them already. Only the
@@ -131,12 +137,19 @@ class SelfCost:
         return out
 
     def _now(self) -> dict:
-        """Totals since the probes attached."""
+        """Totals since the probes attached (since its first reading, for a process whose read
+        failed then)."""
         now = self._read()
-        out = {"t": time.monotonic(), "zfsobs_cpu_s": round(now["zfsobs_cpu_s"] - self._base["zfsobs_cpu_s"], 3)}
+        out = {"t": time.monotonic(), "zfsobs_cpu_s": self._since(now, self._base, "zfsobs_cpu_s")}
         for name in self.probes:
-            out[name] = {k: round(v - self._base[name][k], 3) for k, v in now[name].items()}
+            out[name] = {k: self._since(now[name], self._base[name], k) for k in now[name]}
         return out
+
+    @staticmethod
+    def _since(now: dict, base: dict, key: str) -> float:
+        if base[key] is None:
+            base[key] = now[key]
+        return round(now[key] - base[key], 3) if now[key] is not None else 0.0
 
     def skipped(self) -> dict[str, int]:
         """Per probe, the runs of its programs the kernel skipped since they attached; a reading,
