@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 
-from zfsobs.capture.format import NO_TS
+from zfsobs.capture.format import MAX_LINES, NO_TS, as_json
 from zfsobs.events import Event
 from zfsobs.model.vdev_queue import CLASSES
 
@@ -118,12 +118,12 @@ class Digest:
 
 def read(payload: bytes | None) -> tuple[dict, list[str]] | None:
     """(head, picked lines) of a digest payload; None if it is not one."""
-    if payload is None:
+    if payload is None or payload.count(b"\n") > MAX_LINES + 1:
         return None
     text = payload.decode("utf-8", "replace")
     first, _, rest = text.partition("\n")
+    head = as_json(first)
     try:
-        head = json.loads(first)
         lo, hi = head["seqs"]
         lines, picked = head["lines"], head["picked"]
     except (ValueError, KeyError, TypeError):
