@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 
 from zfsobs.capture.format import MAX_LINES, NO_TS, as_json
-from zfsobs.events import Event
+from zfsobs.events import INT_RANGE, Event
 from zfsobs.model.vdev_queue import CLASSES
 
 DIGESTED = frozenset(("vq", "vq_lat", "vq_vdev", "vc"))
@@ -129,6 +129,7 @@ def read(payload: bytes | None) -> tuple[dict, list[str]] | None:
     except (ValueError, KeyError, TypeError):
         return None
     picks = rest.splitlines()
-    if not all(type(x) is int for x in (lo, hi, lines, picked)) or lo > hi or len(picks) != picked:
+    if (not all(type(x) is int and -INT_RANGE < x < INT_RANGE for x in (lo, hi, lines, picked, head.get("low", 0)))
+            or lo > hi or len(picks) != picked):
         return None
     return head, picks
