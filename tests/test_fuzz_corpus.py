@@ -12,10 +12,12 @@ import pytest
 from fuzz_bounded import COMMANDS, RSS, run
 
 CORPUS = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "data", "fuzz-corpus", "*.cap")))
+# 800k events, ~20 s a command on a busy machine: through the reader's two orders (report, compare) only
+SLOW = {"6-equal-ts.cap": (COMMANDS[0], COMMANDS[5])}
+CASES = [(path, args) for path in CORPUS for args in SLOW.get(os.path.basename(path), COMMANDS)]
 
 
-@pytest.mark.parametrize("path", CORPUS, ids=[os.path.basename(p) for p in CORPUS])
-@pytest.mark.parametrize("args", COMMANDS, ids=["-".join(a) for a in COMMANDS])
+@pytest.mark.parametrize("path, args", CASES, ids=[f"{os.path.basename(p)}-{'-'.join(a)}" for p, a in CASES])
 def test_each_corpus_file_ends_bounded(path, args):
     verdict, detail, rss = run(args, path)
     assert verdict in ("ok", "refused"), f"{verdict}: {detail}"
