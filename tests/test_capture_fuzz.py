@@ -1,4 +1,5 @@
-"""Fuzzing the capture reader and everything that reads a capture (hypothesis): damaged files,
+"""Fuzzing the capture reader and everything that reads a capture (hypothesis; scripts/fuzz runs a
+coverage-guided one, atheris, and tests/test_fuzz_corpus.py replays what it and issue 41 found): damaged files,
 foreign files, and well-framed records carrying hostile headers and event lines. Each case must end
 in a readable capture (with warnings when damaged) whose report and compare render, or in one
 ZfsobsError: never another exception (a damaged file is replayed too, its seek index built and far
@@ -6,6 +7,7 @@ seeks made). The base file holds the first lines of
 tests/data/lab-2.1.11.cap, recorded from a real lab run (scripts/record-fixtures re-records it)."""
 from __future__ import annotations
 
+import io
 import json
 import os
 
@@ -19,6 +21,7 @@ from zfsobs.capture import CaptureWriter, read_capture                 # noqa: E
 from zfsobs.errors import ZfsobsError                                  # noqa: E402
 from zfsobs.events import Parser                                       # noqa: E402
 from zfsobs.views import compare, report                               # noqa: E402
+from zfsobs.views.openmetrics import export                            # noqa: E402
 
 CASES = int(os.environ.get("ZFSOBS_FUZZ_CASES") or 600)    # per test: 1800 cases in all, about 35 s
 # CI replays a fixed set (a landing never hangs on a fresh random find); runs elsewhere explore anew:
@@ -50,6 +53,11 @@ def survive(data: bytes, path, replayed: bool = False) -> None:
         return
     json.loads(report.render(cap, "json", "txgs"))
     report.render(cap, "text", "txgs")
+    report.render(cap, "csv", "vdev_queue")
+    try:
+        export(cap, io.BytesIO())
+    except ZfsobsError as exc:      # a bound (docs/capture.md, "Bounds")
+        assert "\n" not in str(exc)
     json.loads(compare.render(cap, "json"))
     compare.render(cap, "csv")
     if replayed:

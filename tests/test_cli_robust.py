@@ -105,7 +105,7 @@ CASES = [
     ("replay-empty", ["replay", "{empty}"], "not a zfsobs capture", ""),
     ("replay-directory", ["replay", "{dir}"], "is a directory, not a capture", ""),
     ("replay-unreadable", ["replay", "{unreadable}"], "cannot read: Permission denied", "nobody"),
-    ("replay-endless-device", ["replay", "/dev/zero"], "not a zfsobs capture", ""),
+    ("replay-endless-device", ["replay", "/dev/zero"], "is a device, not a capture", ""),
     ("replay-speed-0", ["replay", "--speed", "0", "{cap}"], USAGE, ""),
     ("report-empty", ["report", "{empty}"], "not a zfsobs capture", ""),
     ("report-directory", ["report", "{dir}"], "is a directory, not a capture", ""),

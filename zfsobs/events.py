@@ -5,7 +5,7 @@ Values are integers or bare words (no spaces); the integer -1 means "unavailable
 """
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter, methodcaller
@@ -35,6 +35,14 @@ REQUIRED: dict[str, tuple[str, ...]] = {
 # model may do arithmetic on it: a word where a number belongs makes the line malformed, not a
 # crash later. Unknown kinds pass as they are.
 WORD_FIELDS = frozenset({"pool", "path", "vd", "name", "src", "probe", "target", "na", "cause"})
+# Every integer (ts included) lies strictly within +-INT_RANGE: a difference or a sum of two fits in
+# an int64 and every one in a float, so nothing past the parser overflows. Past it: malformed.
+INT_RANGE = 1 << 62
+# ...but for identifiers, which no model does arithmetic on: a vdev's guid is any 64-bit number
+WIDE_FIELDS = frozenset({"guid"})
+WIDE = 1 << 64
+# Ordered holds at most this many events waiting for their time order; past it they go on early
+HOLD = 1 << 17
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,10 +94,12 @@ def event_line(kind: str, ts: int, fields: dict) -> str:
                 typed[key] = None if text == "-1" else text
             else:
                 number = -1 if value is None else int(value)
+                if not (-1 <= number < WIDE if key in WIDE_FIELDS else -INT_RANGE < number < INT_RANGE):
+                    return line
                 typed[key] = None if number == -1 else number
     except ValueError:
         return line
-    if ts < 0 or any(typed.get(name) is None for name in REQUIRED[kind]):
+    if not 0 <= ts < INT_RANGE or any(typed.get(name) is None for name in REQUIRED[kind]):
         return line
     made = EventLine(line)
     made.event = Event(kind, int(ts), typed)
@@ -127,6 +137,8 @@ class Ordered:
     def __init__(self, later: list, parser: "Parser"):
         self.parser, self.later = parser, later
         self.k, self.pending, self.ready = 0, [], deque()
+        self.early = 0          # events passed on before their order was certain (HOLD, _WORK)
+        self._seen = self._work = 0
 
     @staticmethod
     def bounds(lows: list) -> list:
@@ -155,9 +167,18 @@ class Ordered:
                 self.done()
                 raise StopIteration
             pending = self.pending
+            held = len(pending)
             pending.extend(self.events_of(self.k))
+            self._seen += len(pending) - held
+            self._work += len(pending)
             pending.sort(key=_EV_TS)          # stable: earlier lines first among equal ts
-            cut = bisect_left(pending, self.later[self.k + 1], key=_EV_TS)
+            # a later chunk's event of the same ts comes later in the file: ts <= its lowest goes
+            cut = bisect_right(pending, self.later[self.k + 1], key=_EV_TS)
+            if len(pending) - cut > HOLD or self._work > _WORK * self._seen + (1 << 20):
+                # held past the bound (a later record claims an earlier time than it brings), or
+                # sorted over and over: all go on, in time order so far, counted
+                self.early += len(pending) - cut
+                cut = len(pending)
             self.ready.extend(pending[:cut])
             del pending[:cut]
             self.k += 1
@@ -187,6 +208,7 @@ def iter_sorted(lines: list[str], parser: "Parser", chunk: int = 1 << 14) -> Ord
 
 
 _EV_TS = attrgetter("ts")
+_WORK = 64       # Ordered's sorting: at most this many events sorted per event read (plus a constant)
 
 
 def is_event_line(line: str) -> bool:
@@ -195,11 +217,19 @@ def is_event_line(line: str) -> bool:
     return line == MAGIC or line.startswith(MAGIC + " ")
 
 
-def _value(text: str):
+def _value(text: str, key: str):
+    """An integer (None for -1; one past its range, ValueError) or the text (a word field's too)."""
     try:
         number = int(text)
     except ValueError:
         return text
+    if key in WORD_FIELDS:
+        pass
+    elif key in WIDE_FIELDS:
+        if not -1 <= number < WIDE:
+            raise ValueError(text)
+    elif not -INT_RANGE < number < INT_RANGE:
+        raise ValueError(text)
     return None if number == -1 else number
 
 
@@ -234,14 +264,14 @@ class Parser:
             version = int(parts[1])
             kind = parts[2]
             ts = int(parts[3])
-            if version < 1 or ts < 0 or not kind.isidentifier():
+            if version < 1 or not 0 <= ts < INT_RANGE or not kind.isidentifier():
                 raise ValueError
             fields = {}
             for token in parts[4:]:
                 key, sep, text = token.partition("=")
                 if not sep or not key:
                     raise ValueError
-                value = _value(text)
+                value = _value(text, key)
                 if key in WORD_FIELDS:
                     value = None if value is None else text
                 elif isinstance(value, str) and kind in REQUIRED:
@@ -263,14 +293,16 @@ class Parser:
 
 
 _split_eq = methodcaller("split", "=", 1)
-_plans: dict[tuple, tuple | None] = {}     # (kind, keys) -> (int keys, word keys), or None: not fast
+_plans: dict[tuple, tuple | None] = {}     # (kind, keys) -> (int keys, word keys, wide ones), or None: not fast
 _MAX_PLANS = 4096                          # hostile input must not grow it without end
 
 
 def _plan(kind: str, keys: tuple) -> tuple | None:
     if "" in keys or not all(name in keys for name in REQUIRED[kind]):
         return None
-    return (tuple(k for k in keys if k not in WORD_FIELDS), tuple(k for k in keys if k in WORD_FIELDS))
+    narrow = tuple(k for k in keys if k not in WORD_FIELDS and k not in WIDE_FIELDS)
+    wide = tuple(k for k in keys if k in WIDE_FIELDS)
+    return narrow + wide, tuple(k for k in keys if k in WORD_FIELDS), len(wide)
 
 
 def _fast(parts: list[str]) -> Event | None:
@@ -291,14 +323,17 @@ def _fast(parts: list[str]) -> Event | None:
         plan = _plan(kind, key[1])
         if len(_plans) < _MAX_PLANS:
             _plans[key] = plan
-    if plan is None or ts < 0:
+    if plan is None or not 0 <= ts < INT_RANGE:
         return None
-    ints, words = plan
+    ints, words, nwide = plan
     try:
         values = list(map(int, map(fields.__getitem__, ints)))
     except ValueError:
         return None
-    if -1 in values:
+    narrow = values[:len(values) - nwide] if nwide else values
+    if -1 in values or narrow and not -INT_RANGE < min(narrow) <= max(narrow) < INT_RANGE:
+        return None
+    if nwide and not 0 <= min(values[-nwide:]) <= max(values[-nwide:]) < WIDE:
         return None
     for name in words:
         if fields[name][:1] == "-":

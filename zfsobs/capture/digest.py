@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import json
 
-from zfsobs.capture.format import NO_TS
-from zfsobs.events import Event
+from zfsobs.capture.format import MAX_LINES, NO_TS, as_json
+from zfsobs.events import INT_RANGE, Event
 from zfsobs.model.vdev_queue import CLASSES
 
 DIGESTED = frozenset(("vq", "vq_lat", "vq_vdev", "vc"))
@@ -118,17 +118,18 @@ class Digest:
 
 def read(payload: bytes | None) -> tuple[dict, list[str]] | None:
     """(head, picked lines) of a digest payload; None if it is not one."""
-    if payload is None:
+    if payload is None or payload.count(b"\n") > MAX_LINES + 1:
         return None
     text = payload.decode("utf-8", "replace")
     first, _, rest = text.partition("\n")
+    head = as_json(first)
     try:
-        head = json.loads(first)
         lo, hi = head["seqs"]
         lines, picked = head["lines"], head["picked"]
     except (ValueError, KeyError, TypeError):
         return None
     picks = rest.splitlines()
-    if not all(type(x) is int for x in (lo, hi, lines, picked)) or lo > hi or len(picks) != picked:
+    if (not all(type(x) is int and -INT_RANGE < x < INT_RANGE for x in (lo, hi, lines, picked, head.get("low", 0)))
+            or lo > hi or len(picks) != picked):
         return None
     return head, picks

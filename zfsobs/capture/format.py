@@ -24,8 +24,12 @@ _FILE_HEAD = struct.Struct("<8sH")
 _REC_HEAD = struct.Struct("<2scII")
 LINES_HEAD = struct.Struct("<Iqq")     # v2 E and V bodies: sequence number, lowest and highest event ts
 NO_TS = (1 << 63) - 1                  # a record with no event (only malformed lines)
-MAX_RECORD = 64 << 20      # a larger length field is damage, not data
-MAX_PAYLOAD = 256 << 20
+# Bounds (docs/capture.md, "Bounds"): the writer flushes a record at 1 MiB of text (FLUSH_BYTES), so
+# a record past these is damage or hostile, skipped and counted, never expanded.
+MAX_PAYLOAD = 16 << 20     # bytes a record's payload inflates (or a packed one unpacks) to
+MAX_RECORD = MAX_PAYLOAD + (1 << 20)    # a larger length field is damage, not data
+MAX_LINES = 1 << 17        # lines a record holds
+MAX_DEPTH = 32             # nesting of a header's, trailer's or digest's JSON
 FEW = 32                   # a packed record of fewer lines keeps its text if that is smaller
 LINE_KINDS = (b"E", b"V")
 # Header fields the views read, and their types: one of another type is damage (or another
@@ -60,8 +64,11 @@ def payload_lines(payload: bytes, packed: bool = False) -> list[str] | None:
     """The lines of an inflated line record's payload (`packed`: a V record of format 3, which may
     hold text), or None for damage."""
     if packed and not payload.startswith(b"zfsobs"):
-        return unpack(payload)
-    return payload.decode("utf-8", "replace").splitlines()
+        return unpack(payload, MAX_LINES, MAX_PAYLOAD)
+    if payload.count(b"\n") > MAX_LINES:
+        return None
+    lines = payload.decode("utf-8", "replace").splitlines()
+    return lines if len(lines) <= MAX_LINES else None     # other line breaks: \r, \x1c, \u2028
 
 
 def deflate(payload: bytes) -> bytes:
@@ -78,9 +85,21 @@ def inflate(body: bytes) -> bytes | None:
     return None if inflater.unconsumed_tail else payload
 
 
-def as_json(payload: bytes | None) -> dict | None:
+def as_json(payload: bytes | str | None) -> dict | None:
+    """A JSON object nested at most MAX_DEPTH deep, or None (damage)."""
     try:
         value = json.loads(payload)
-    except (TypeError, ValueError, UnicodeDecodeError):
+    except (TypeError, ValueError, UnicodeDecodeError, RecursionError):
         return None
-    return value if isinstance(value, dict) else None
+    return value if isinstance(value, dict) and shallow(value) else None
+
+
+def shallow(value, depth: int = MAX_DEPTH) -> bool:
+    """Whether value's lists and dicts nest at most `depth` deep (walked without recursion)."""
+    level = [value]
+    for _ in range(depth):
+        level = [x for v in level for x in (v.values() if isinstance(v, dict) else v)
+                 if isinstance(x, (dict, list))]
+        if not level:
+            return True
+    return False

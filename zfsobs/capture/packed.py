@@ -28,6 +28,7 @@ ESC = 255
 # a word `name=number` whose name does not name a series (those stay in the template)
 _WORD = re.compile(r"( (?!(?:pool|pid|vd|class|kind|guid|path)=)[^ =]*=)(-?[1-9][0-9]{0,17}|0)(?= |$)")
 _NUMBER = re.compile(r"-?[1-9][0-9]{0,17}|0")
+_BIG = 1 << 63
 
 
 def packable(line: str) -> bool:
@@ -78,35 +79,44 @@ def pack(lines: list[str]) -> bytes:
             + _varints([n for n in values if n >= ESC]))
 
 
-def unpack(payload: bytes) -> list[str] | None:
-    """The lines of a payload `pack` made, or None for one it did not make (damage)."""
+def unpack(payload: bytes, max_lines: int = 1 << 17, max_text: int = 16 << 20) -> list[str] | None:
+    """The lines of a payload `pack` made, or None for one it did not make (damage) or one whose
+    lines would be more than max_lines or max_text characters: checked before any line is made."""
     try:
         first, rest = payload.split(b"\n", 1)
         ntemplates, nlines, base, nchanges = (int(n) for n in first.split(b" "))
-        if min(ntemplates, nlines, nchanges) < 0:
+        if min(ntemplates, nlines, nchanges) < 0 or nlines > max_lines or not -_BIG < base < _BIG:
             return None
         parts = rest.split(b"\n", ntemplates)
         if len(parts) != ntemplates + 1:
             return None
         templates = [t.decode() for t in parts[:ntemplates]]
         data = parts[ntemplates]
-        small = list(data[:nlines + nchanges])
-        big = _unvarints(data[nlines + nchanges:])
-        if len(small) != nlines + nchanges or big is None or small.count(ESC) != len(big):
+        head = data[:nlines + nchanges]
+        if len(head) != nlines + nchanges or nlines + nchanges > max_text:
+            return None
+        big = _unvarints(data[nlines + nchanges:], head.count(ESC))
+        if big is None:
             return None
     except (ValueError, OverflowError, UnicodeDecodeError):
         return None
     big = iter(big)     # the escaped numbers, in their places
-    order = small[:nlines]
+    order = list(head[:nlines])
     if ESC in order:
         order = [i if i < ESC else next(big) for i in order]
-    changes = [(n >> 1) ^ -(n & 1) if n < ESC else (m := next(big)) >> 1 ^ -(m & 1) for n in small[nlines:]]
     counts = [0] * ntemplates
     try:
         for i in order:
             counts[i] += 1
     except IndexError:
         return None
+    # the text it makes, each line its template and at most 20 characters a number: bounded
+    # before a number is decoded or a line made
+    widths = [t.count(CUT) for t in templates]
+    if (sum(w * n for w, n in zip(widths, counts)) != nchanges
+            or sum(n * (len(t) + 20 * w) for t, n, w in zip(templates, counts, widths)) > max_text):
+        return None
+    changes = [(n >> 1) ^ -(n & 1) if n < ESC else (m := next(big)) >> 1 ^ -(m & 1) for n in head[nlines:]]
     rows, at = [], 0           # per template, its lines' numbers in order
     for template, n in zip(templates, counts):
         width = template.count(CUT)
@@ -142,7 +152,10 @@ def _varints(values: list[int]) -> bytes:
     return bytes(out)
 
 
-def _unvarints(data: bytes) -> list[int] | None:
+def _unvarints(data: bytes, count: int) -> list[int] | None:
+    """The `count` varints that make up data, or None."""
+    if len(data) > 10 * count:      # a varint of 64 bits is at most 10 bytes
+        return None
     values, n, shift = [], 0, 0
     for b in data:
         n |= (b & 0x7F) << shift
@@ -153,4 +166,4 @@ def _unvarints(data: bytes) -> list[int] | None:
             shift += 7
             if shift > 63:
                 return None
-    return None if shift else values
+    return None if shift or len(values) != count else values

@@ -3,7 +3,9 @@ a week of recording holds what its model holds, not the file. Damage yields warn
 prefix; never an exception other than ZfsobsError (missing, foreign or too-new files)."""
 from __future__ import annotations
 
+import os
 import re
+import stat
 import zlib
 from array import array
 from bisect import bisect_left, bisect_right
@@ -12,12 +14,15 @@ from dataclasses import dataclass, field
 
 from zfsobs.capture import digest
 from zfsobs.capture.format import (FILE_MAGIC, FORMAT_NAME, FORMAT_VERSION, HEADER_TYPES, LINE_KINDS, LINES_HEAD,
-                                   MAX_RECORD, NO_TS, RECORD_MAGIC, _FILE_HEAD, _REC_HEAD, as_json, inflate,
+                                   MAX_LINES, MAX_PAYLOAD, MAX_RECORD, NO_TS, RECORD_MAGIC, _FILE_HEAD, _REC_HEAD, as_json, inflate,
                                    payload_lines)
 from zfsobs.errors import ZfsobsError
-from zfsobs.events import Event, Ordered, Parser
+from zfsobs.events import HOLD, INT_RANGE, Event, Ordered, Parser
 
 CHUNK = 1 << 20
+# resync's work: the bytes of the false records it checks (each a CRC over the length its head
+# claims) are at most this many times the file's size, plus MAX_RECORD; past that it stops
+RESYNC_FACTOR = 8
 
 
 @dataclass
@@ -135,7 +140,7 @@ class Capture:
 
     def _body(self, offset: int, length: int) -> bytes | None:
         if self._file is None:
-            self._file = open(self.path, "rb")     # closed with the Capture (CPython: when unreferenced)
+            self._file = open_regular(self.path)     # closed with the Capture (CPython: when unreferenced)
         self._file.seek(offset)
         body = self._file.read(length)
         return inflate(body) if len(body) == length else None
@@ -143,7 +148,8 @@ class Capture:
     def _note_damage(self) -> None:
         """Records whose CRC held but whose payload does not inflate: found only when read."""
         if self._damaged:
-            self.warnings.append(f"{self._damaged} record(s) that do not inflate or unpack skipped")
+            self.warnings.append(f"{self._damaged} record(s) that do not inflate or unpack, or hold more than "
+                                 f"{MAX_PAYLOAD >> 20} MiB or {MAX_LINES} lines, skipped")
             self._damaged = 0
 
 
@@ -192,6 +198,11 @@ class EventStream(Ordered):
 
     def done(self) -> None:
         self.cap._note_damage()
+        if self.early:
+            self.cap.warnings.append(
+                f"{self.early} event(s) passed on before their time order was certain (more than {HOLD} held "
+                "at once: later records claim earlier times); they may be out of order")
+            self.early = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,19 +223,34 @@ _SERIES = re.compile(r" (pid|vd|class|kind|final)=(\S+)")
 def _peek(line: str) -> Peeked:
     parts = line.split(None, 4)
     fields = {k: v if k == "vd" else (None if v == "-1" else int(v)) for k, v in _SERIES.findall(line)}
-    return Peeked(parts[2], int(parts[3]), fields, line)
+    ts = int(parts[3])
+    if not 0 <= ts < INT_RANGE or any(type(v) is int and not -INT_RANGE < v < INT_RANGE for v in fields.values()):
+        raise ValueError(line)       # the parser counts it malformed
+    return Peeked(parts[2], ts, fields, line)
+
+
+def open_regular(path: str):
+    """The file at path (a symlink to one is followed) opened for reading if it is a regular file:
+    a FIFO, a device or a directory is refused at once (O_NONBLOCK: opening a FIFO does not wait)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise ZfsobsError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise ZfsobsError(f"{path}: cannot read: {exc.strerror}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        what = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
+            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "special"
+        raise ZfsobsError(f"{path}: is {what}, not a capture (a regular file)")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 def read_capture(path: str) -> Capture:
     """Walk a capture's records once: its header, trailer and warnings, and where its lines are."""
-    try:
-        f = open(path, "rb")
-    except FileNotFoundError:
-        raise ZfsobsError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise ZfsobsError(f"{path}: is a directory, not a capture") from None
-    except OSError as exc:
-        raise ZfsobsError(f"{path}: cannot read: {exc.strerror}") from None
+    f = open_regular(path)
     with f:
         try:
             return _walk(path, _Buffer(f))
@@ -235,7 +261,7 @@ def read_capture(path: str) -> Capture:
 
 
 class _Buffer:
-    """The file as a window that slides forward: at most a record (64 MiB) held at a time."""
+    """The file as a window that slides forward: at most a record (17 MiB, MAX_RECORD) and a read held at a time."""
 
     def __init__(self, f):
         self.f, self.base, self.data, self.eof = f, 0, bytearray(), False
@@ -274,8 +300,15 @@ def _walk(path: str, buf: _Buffer) -> Capture:
                           f"({FORMAT_VERSION}); upgrade zfsobs")
     cap = Capture(path, {}, None, version=version)
     meta, pos, skipped, seq = None, _FILE_HEAD.size, 0, 0
+    budget = [RESYNC_FACTOR * os.fstat(buf.f.fileno()).st_size + MAX_RECORD]   # see RESYNC_FACTOR
     while buf.have(pos, 1):
-        rec = _record_at(buf, pos)
+        rec = _record_at(buf, pos, budget)
+        if rec is None and budget[0] < 0:
+            buf.have(pos, 1)
+            size = os.fstat(buf.f.fileno()).st_size - pos
+            cap.warnings.append(f"last {size} bytes not searched for records: past damage, they hold more false "
+                                f"record heads than resync checks ({RESYNC_FACTOR} times the file's size)")
+            break
         if rec is None:
             nxt = buf.find(pos + 1)
             if nxt < 0:
@@ -320,8 +353,10 @@ def _walk(path: str, buf: _Buffer) -> Capture:
     if meta is None:
         raise ZfsobsError(f"{path}: capture header missing or damaged; nothing readable")
     for key, kind in HEADER_TYPES.items():
-        if key in meta and (not isinstance(meta[key], kind) or isinstance(meta[key], bool)):
-            cap.warnings.append(f"header field {key!r} is not a {kind.__name__} (ignored)")
+        if key in meta and (not isinstance(meta[key], kind) or isinstance(meta[key], bool)
+                            or kind is int and not -INT_RANGE < meta[key] < INT_RANGE):
+            cap.warnings.append(f"header field {key!r} is not a {kind.__name__} within +-2^62 (ignored)"
+                                if kind is int else f"header field {key!r} is not a {kind.__name__} (ignored)")
             del meta[key]
     cap.meta = meta
     if cap.trailer is None:
@@ -329,15 +364,20 @@ def _walk(path: str, buf: _Buffer) -> Capture:
     return cap
 
 
-def _record_at(buf: _Buffer, pos: int):
-    """(kind, body offset, body, next pos) of an intact record at pos, or None."""
+def _record_at(buf: _Buffer, pos: int, budget: list):
+    """(kind, body offset, body, next pos) of an intact record at pos, or None; a false one's
+    checked length is taken from budget[0]."""
     if not buf.have(pos, _REC_HEAD.size):
         return None
     magic, kind, length, crc = _REC_HEAD.unpack_from(buf.data, pos - buf.base)
     if magic != RECORD_MAGIC or length > MAX_RECORD or not buf.have(pos, _REC_HEAD.size + length):
         return None
     start = pos + _REC_HEAD.size
-    body = bytes(buf.data[start - buf.base:start - buf.base + length])
-    if zlib.crc32(kind + body) != crc:
+    with memoryview(buf.data) as view:
+        body = view[start - buf.base:start - buf.base + length]
+        intact = zlib.crc32(body, zlib.crc32(kind)) == crc
+        body = bytes(body) if intact else None
+    if not intact:
+        budget[0] -= length
         return None
     return kind, start, body, start + length

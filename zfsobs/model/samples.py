@@ -30,6 +30,9 @@ from zfsobs.model.zil import ZilModel
 BIN_NS = 10**9
 GRACE_NS = 2 * 10**9    # a bin is measured once every busy vdev has reported past it (vq 0.5 s, vc 1 s)
 JOIN_NS = 10**9         # the zil and txg probes are two processes: wait this long for a txg's ZIL row
+# bins starting this long after the latest vq/vc line are stepped over, not measured: every busy vdev
+# reports twice a second, so they hold nothing, and a gap of years costs no more than one of seconds
+GAP_NS = 10 * 10**9
 KEEP_NS = 600 * 10**9   # live and replay keep the last 10 minutes
 GROUPS = ("txg", "zil", "vq", "vc")
 NAMES = ("sync_ns", "interval_ns", "dirty_bytes", "dirty_pct", "delays", "delay_ns", "commits", "nused_bytes",
@@ -124,6 +127,8 @@ class SampleModel:
         while self._pending and self._pending[0][0] <= joined_until:
             self._zil(*self._pending.popleft())
         while self._bin is not None:
+            if self._io_last is not None and self._bin > self._io_last + GAP_NS and self._bin < binned_until:
+                self._bin += (binned_until - self._bin) // BIN_NS * BIN_NS    # silence: no line to bin
             end = self._bin_end(self._bin)
             if end > binned_until:
                 if not partial or binned_until <= self._bin:

@@ -13,11 +13,16 @@ from prometheus_client.samples import Sample
 
 from zfsobs import __version__, safe
 from zfsobs.capture import Capture
+from zfsobs.errors import ZfsobsError
 from zfsobs.events import Parser
 from zfsobs.model import Model
 from zfsobs.views.prometheus import families
 
 SUFFIXES = ("_bucket", "_count", "_sum", "_total", "_created")
+# Bounds of one export, all held until it is written (promtool wants each family in one piece): a
+# month of 15 s steps is 172,800 points
+MAX_POINTS = 250_000
+MAX_SAMPLES = 20_000_000
 
 
 def _series(sample: Sample) -> tuple:
@@ -38,19 +43,28 @@ def export(capture: Capture, out: IO[bytes], step_s: float = 15.0, instance: str
     merged: dict[str, object] = {}
     points = 0
 
+    samples = 0
+
     def snapshot(mono: int) -> None:
-        nonlocal points
+        nonlocal points, samples
         points += 1
         for fam in families(model, info, ts=round((mono + to_wall) / 1e9, 3)):
+            samples += len(fam.samples)
             into = merged.setdefault(fam.name, fam)
             if into is not fam:
                 into.samples.extend(fam.samples)
+        if samples > MAX_SAMPLES:
+            raise ZfsobsError(f"openmetrics: more than {MAX_SAMPLES} samples (series x points) by "
+                              f"{(mono - first) / 1e9:.0f} s into the capture; choose a larger --step")
 
-    step = int(step_s * 1e9)
-    nxt = None
+    step = max(1, int(step_s * 1e9))
+    nxt = first = None
     for ev in capture.events(Parser(), digests=False):     # streamed: the capture's lines never all held
         if nxt is None:
-            nxt = ev.ts + step
+            nxt, first = ev.ts + step, ev.ts
+        if ev.ts >= nxt and points + (ev.ts - nxt) // step + 1 > MAX_POINTS:
+            raise ZfsobsError(f"openmetrics: --step {step_s:g} makes more than {MAX_POINTS} points per series "
+                              f"(the capture spans at least {(ev.ts - first) / 1e9:.0f} s); choose a larger --step")
         while ev.ts >= nxt:
             snapshot(nxt)
             nxt += step
