@@ -213,16 +213,21 @@ def test_every_subcommand_is_in_the_table():
 
 # -- the guard: an unexpected exception ------------------------------------------------------------
 
-def zip_bomb(path: str, payload: int) -> None:
-    """A well-formed capture whose one event record inflates to `payload` bytes (a day of lines,
-    within the reader's 256 MiB a record): fine on a big machine, too much on a small one."""
+def many_vdevs(path: str, records: int = 16, per: int = 4000, pad: int = 3500) -> None:
+    """A well-formed capture, each record within the reader's bounds, naming records*per leaf vdevs
+    with paths near PATH_MAX: ~230 MB of model state from a 1.8 MB file, fine on a big machine, too
+    much for a small one."""
     CaptureWriter(path, {"source": "bpftrace"}, force=True).abandon()
-    line = b"zfsobs 1 txg 1000 pool=p pid=1 txg=1 start=1 sync_ns=1 interval_ns=1 dirty=1\n"
-    chunk, packer = line * ((1 << 20) // len(line)), zlib.compressobj(1)
-    body = b"".join(packer.compress(chunk) for _ in range(payload // len(chunk))) + packer.flush()
     with open(path, "ab") as f:
-        body = LINES_HEAD.pack(0, 1000, 1000) + body
-        f.write(_REC_HEAD.pack(RECORD_MAGIC, b"E", len(body), zlib.crc32(b"E" + body)) + body)
+        n = 0
+        for seq in range(records):
+            lines = []
+            for _ in range(per):
+                n += 1
+                lines.append(f"zfsobs 1 vq_vdev 1000 pool=p pid=1 vd=0x{n:x} guid={n} final=0 vdev_max=1000 "
+                             f"path=/{'a' * pad}{n}\n".encode())
+            body = LINES_HEAD.pack(seq, 1000, 1000) + zlib.compress(b"".join(lines), 1)
+            f.write(_REC_HEAD.pack(RECORD_MAGIC, b"E", len(body), zlib.crc32(b"E" + body)) + body)
         f.write(record(b"T", deflate(b'{"reason": "quit"}')))     # no warning line before the error
 
 
@@ -237,7 +242,7 @@ def test_out_of_memory_is_an_internal_error_line(tmp_path):
     control = run(["report", recorded_capture()], preexec_fn=small)
     assert control.returncode == 0, f"zfsobs needs more than {limit >> 20} MiB here: {control.stderr}"
     bomb = str(tmp_path / "big.cap")
-    zip_bomb(bomb, 200 << 20)
+    many_vdevs(bomb)
     line = one_line(run(["report", bomb], preexec_fn=small), "internal error")
     assert re.fullmatch(r"zfsobs: internal error: MemoryError(: .+)?; ZFSOBS_DEBUG=1 shows the traceback", line)
     res = run(["report", bomb], preexec_fn=small, env=dict(os.environ, ZFSOBS_DEBUG="1"))

@@ -22,3 +22,10 @@ def test_each_corpus_file_ends_bounded(path, args):
     verdict, detail, rss = run(args, path)
     assert verdict in ("ok", "refused"), f"{verdict}: {detail}"
     assert rss < RSS, f"peak RSS {rss >> 20} MiB"
+
+
+def test_the_corpus_holds_every_reproducer():
+    """A clean clone has the corpus (a file ignored by git would leave the test above with nothing)."""
+    from fuzz_reproducers import REPRODUCERS
+    names = {os.path.basename(p)[:-4] for p in CORPUS}
+    assert set(REPRODUCERS) <= names, sorted(set(REPRODUCERS) - names)
