@@ -100,9 +100,11 @@ def test_txg_sync_time_agrees_with_the_txgs_kstat(image):
     """Per txg: our spa_sync time vs ZFS's own stime (syncing state, read from procfs). ZFS's
     interval holds spa_sync and more: txg_sync_thread stamps it after spa_txg_history_init_io's
     vdev_get_stats and again after spa_txg_history_fini_io's spa_config_enter and vdev_get_stats,
-    so stime - ours is that work plus any vCPU preemption in it: under TCG 0.30 to 0.72 ms at a run's
-    median txg, up to 62 ms on one (docs/fidelity.md). So: every txg inside ZFS's interval, and at
-    least half within 5 % or 1 ms of it."""
+    so stime - ours is that work plus whatever preempts the sync thread in it: a few ms under fio
+    on a busy host, tens of ms on some txgs, a fixed cost per txg rather than a share of its sync
+    (docs/fidelity.md). So: every txg inside ZFS's interval; the quietest within 1 ms of it (nothing
+    of spa_sync left out); and the long syncs (100 ms or more) at least 85 % of it in the median
+    (no part of a sync, such as a later pass, missing from ours)."""
     history = txg_history(image.out / "fidelity" / "after" / "txgs")
     _, _, events = load_capture(image.out / "fidelity.cap", "txg")
     checked = []
@@ -115,8 +117,10 @@ def test_txg_sync_time_agrees_with_the_txgs_kstat(image):
         # gethrtime (raw monotonic) vs bpftrace's nsecs (monotonic): 50 us of rate and read skew
         assert 0 < f["sync_ns"] <= truth["stime"] + 50_000, checked[-1]
     assert len(checked) >= 5, checked
-    close = [c for c in checked if c[2] - c[1] <= max(0.05 * c[2], 1_000_000)]
-    assert len(close) >= 0.5 * len(checked), (len(close), checked)
+    assert min(stime - ours for _, ours, stime in checked) <= 1_000_000, checked
+    long = [ours / stime for _, ours, stime in checked if stime >= 100_000_000]
+    assert len(long) >= 3, checked
+    assert statistics.median(long) >= 0.85, (sorted(long), checked)
 
 
 def test_zil_commits_and_log_writes_equal_the_zil_kstat(image):
