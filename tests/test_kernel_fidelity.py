@@ -123,6 +123,17 @@ def test_txg_sync_time_agrees_with_the_txgs_kstat(image):
     assert statistics.median(long) >= 0.85, (sorted(long), checked)
 
 
+def test_txg_dirty_is_the_txgs_kstat_ndirty(image):
+    """Per txg: dirty is the kstat's ndirty (both read dp_dirty_pertxg[txg & 3] as the sync
+    begins, the offset from the module's BTF or compiled layouts: docs/txg.md)."""
+    history = txg_history(image.out / "fidelity" / "after" / "txgs")
+    _, _, events = load_capture(image.out / "fidelity.cap", "txg")
+    rows = [(ev.fields, history[ev.fields["txg"]]) for ev in events
+            if ev.fields["pool"] == POOL and history.get(ev.fields["txg"], {}).get("state") == "C"]
+    assert len(rows) >= 5, len(rows)
+    assert [(f["txg"], f["dirty"]) for f, _ in rows] == [(f["txg"], h["ndirty"]) for f, h in rows]
+
+
 def test_zil_commits_and_log_writes_equal_the_zil_kstat(image):
     """Every run: commits == zil_commit_count delta; log blocks written == metaslab normal + slog
     counts delta (zil_lwb_write_issue bumps one of them per lwb). The tail run stops with its last
