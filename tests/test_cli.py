@@ -147,3 +147,23 @@ def test_bpftrace_too_old(tmp_path):
     one_line_error(res, "is bpftrace v0.11.3; the probes need 0.17 or newer")
     doctor = run("doctor", env=dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}"))
     assert "the probes need 0.17 or newer (Debian 12 ships 0.17: apt-get install bpftrace)" in doctor.stdout
+
+
+def test_a_binary_that_is_not_bpftrace_is_refused_in_one_line(tmp_path):
+    """`--bpftrace /bin/false`: its seven-line --version banner became the version, pasted into
+    doctor's checks, and tracing went on with it."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the root check comes first)")
+    res = run("top", "--lab", "--bpftrace", "/bin/false")
+    one_line_error(res, "/bin/false is not bpftrace: its --version says 'false (GNU coreutils)")
+    doctor = run("doctor", "--quick", "--bpftrace", "/bin/false")
+    line, = [line for line in doctor.stdout.splitlines() if " bpftrace " in line]
+    assert line.startswith("FAIL") and "Copyright" not in doctor.stdout, line
+
+
+def test_doctor_names_a_target_s_unknown_offsets_once():
+    from zfsobs.doctor.report import grouped
+    notes = [f"offset zfs_vdev_{c}_max_active unknown for libzpool 2.3.2 (/x/libzpool.so.6)" for c in "ab"]
+    assert grouped(notes + ["block foo dropped"]) == [
+        "block foo dropped", "offsets unknown for libzpool 2.3.2 (/x/libzpool.so.6) (2): "
+        "zfs_vdev_a_max_active, zfs_vdev_b_max_active"]

@@ -33,6 +33,21 @@ def tested(version: str) -> str:
     return f"tested ({distro}'s release)" if distro else ""
 
 
+def grouped(dropped: list[str]) -> list[str]:
+    """The renderer's notes with 'offset X unknown for T' merged into one note per target:
+    'offsets unknown for T (N): X, Y, ...'."""
+    names: dict[str, list[str]] = {}
+    rest = []
+    for note in sorted(set(dropped)):
+        found = re.fullmatch(r"offset (.+) unknown for (.+)", note)
+        if found:
+            names.setdefault(found[2], []).extend(found[1].split(", "))
+        else:
+            rest.append(note)
+    return rest + [f"offsets unknown for {target} ({len(set(n))}): {', '.join(sorted(set(n)))}"
+                   for target, n in names.items()]
+
+
 def checks(load: bool = False) -> tuple[list[tuple[str, str, str]], bool]:
     """(status, what, detail) rows, and whether anything can be traced. With `load`, each probe
     rendered for a target is also loaded with the bpftrace in use (zfsobs/doctor/probe_load.py: seconds
@@ -96,7 +111,7 @@ def checks(load: bool = False) -> tuple[list[tuple[str, str, str]], bool]:
             state = OK if usable and root and bpftrace else WARN
             detail = f"probes {', '.join(r.functions)}"
             if r.dropped:
-                detail += f"; partial: {'; '.join(sorted(set(r.dropped)))}"
+                detail += f"; partial: {'; '.join(grouped(r.dropped))}"
                 state = WARN if state == OK else state
             if not (usable and root and bpftrace):
                 detail = "traceable once the failures above are fixed; " + detail

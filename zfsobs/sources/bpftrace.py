@@ -108,6 +108,8 @@ def _named() -> str:
 
 def too_old(path: str, version: str) -> str:
     """Why this bpftrace cannot run the probes ('' if it can, or if its version is unreadable)."""
+    if version != "unknown" and not re.match(r"v?\d+\.\d+", version):
+        return f"{path} is not bpftrace: its --version says {version!r}"
     if (0, 0, 0) < version_tuple(version) < MIN_BPFTRACE:
         return (f"{path} is bpftrace {version}; the probes need {'.'.join(map(str, MIN_BPFTRACE[:2]))} "
                 "or newer (Debian 12 ships 0.17: apt-get install bpftrace)")
@@ -144,8 +146,14 @@ def _version(path: str, _mtime: int, _size: int) -> str:
         except subprocess.TimeoutExpired:
             continue
         if out.strip():
-            return out.strip().replace("bpftrace ", "")
+            return _first_line(out).replace("bpftrace ", "")
     return "unknown"
+
+
+def _first_line(text: str, limit: int = 80) -> str:
+    """A --version answer as one line of at most `limit` characters."""
+    line = text.strip().splitlines()[0].strip()
+    return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
 def _ts(line: str) -> int | None:
