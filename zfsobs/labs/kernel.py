@@ -42,6 +42,9 @@ TEMP_PREFIX = "zfsobs-klab-"
 STOP_GRACE = 120.0        # after Ctrl-C: how long CMD gets to finish in the guest (TCG is slow)
 POWEROFF_GRACE = 60.0     # after CMD ended (its rc written): how long the guest gets to power off
 ATTACH_TIMEOUT_TCG = 900  # bpftrace compiles and attaches ~20x slower under TCG
+CONSOLE_MAX = 32 << 20    # a run's whole console, kept in its directory up to this size
+CONSOLES_KEPT = 20        # failed runs' consoles kept in the cache's consoles/, the newest
+PANIC = re.compile(rb"Kernel panic - not syncing.*|Fatal exception.*|BUG: .*|Oops: .*")
 
 
 def _opt(path: Path) -> str:
@@ -74,6 +77,9 @@ class KernelLab:
         self.dir: Path | None = None
         self.qemu: subprocess.Popen | None = None
         self.console_tail: collections.deque[bytes] = collections.deque(maxlen=40)
+        self.console_log = None       # the whole console, in the run's directory (up to CONSOLE_MAX)
+        self._logged = 0
+        self._panic = b""             # the guest kernel's first panic, oops or BUG line
         self.timings: dict[str, float] = {}
         self._partial = b""
         self._socks: list[socket.socket] = []
@@ -111,6 +117,7 @@ class KernelLab:
         self.dir = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", dir=tmp))
         ctl = self.dir / "ctl"
         ctl.mkdir()
+        self.console_log = open(self.dir / "console.log", "wb")
         shutil.copy(AGENT, ctl / "agent.sh")
         (ctl / "project").write_text(str(PROJECT))
         (ctl / "setup.sh").write_text(setup_script(self.layout, self.options, self.workload))
@@ -294,11 +301,16 @@ class KernelLab:
         if self.console:
             sys.stderr.buffer.write(data)
             sys.stderr.buffer.flush()
+        if self.console_log is not None and self._logged < CONSOLE_MAX:
+            self.console_log.write(data[:CONSOLE_MAX - self._logged])
+            self._logged += min(len(data), CONSOLE_MAX - self._logged)
         *lines, self._partial = (self._partial + data).split(b"\n")   # a read may end mid-line
         for line in lines:
             line = line.rstrip(b"\r")
             if line.strip():
                 self.console_tail.append(line)
+            if not self._panic and (panic := PANIC.search(line)):
+                self._panic = panic[0][:160]
             m = re.search(rb"zfsobs-agent: \[([\d.]+)s\] (up|running|command exited)", line)
             if m and m.group(2) == b"command exited":
                 self._exited = time.monotonic()
@@ -312,11 +324,36 @@ class KernelLab:
             return int(rc_file.read_text().strip() or 1)
         if not self.console:
             sys.stderr.buffer.write(b"".join(l + b"\n" for l in self.console_tail))
+        kept = self._keep_console()
         if setup_rc.is_file() and setup_rc.read_text().strip() != "0":
             log = (ctl / "setup.log").read_text(errors="replace").strip().splitlines()
-            raise ZfsobsError(f"lab --kernel: pool setup in the guest failed: {log[-1] if log else '?'}")
+            raise ZfsobsError(f"lab --kernel: pool setup in the guest failed: {log[-1] if log else '?'}{kept}")
+        panic = f"the guest kernel failed: {self._panic.decode(errors='replace')}; " if self._panic else ""
+        if self._spoke or "guest_running" in self.timings:
+            raise ZfsobsError(f"lab --kernel: the command ran, but the guest ended before it exited "
+                              f"({panic}qemu rc {self.qemu.returncode}; console tail above){kept}")
         raise ZfsobsError(f"lab --kernel: the guest ended without running the command "
-                          f"(qemu rc {self.qemu.returncode}; console tail above)")
+                          f"({panic}qemu rc {self.qemu.returncode}; console tail above){kept}")
+
+    def _keep_console(self) -> str:
+        """A failed run's whole console, moved out of its directory (which stop() removes) into the
+        cache's private consoles/ (the newest CONSOLES_KEPT): '; whole console: PATH', or ''."""
+        if self.console_log is None:
+            return ""
+        self.console_log.close()
+        self.console_log = None
+        keep, _ = private_dir(cache_dir() / "consoles")
+        if keep is None:
+            return ""
+        dest = keep / f"console-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+        try:
+            shutil.move(str(self.dir / "console.log"), dest)
+            old = sorted(keep.glob("console-*.log"), key=lambda p: p.stat().st_mtime)[:-CONSOLES_KEPT]
+            for path in old:
+                path.unlink()
+        except OSError:
+            return ""
+        return f"; whole console: {dest}"
 
     # ------------------------------------------------------------------ tear down
     def stop(self) -> None:
@@ -328,6 +365,9 @@ class KernelLab:
         for s in self._socks:
             s.close()
         self._socks = []
+        if self.console_log is not None:
+            self.console_log.close()
+            self.console_log = None
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
