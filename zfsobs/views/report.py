@@ -213,6 +213,15 @@ def _write_csv(rows, out: IO[str]) -> None:
         writer.writerow(flat)
 
 
+# quantiles that are a latency histogram's bucket upper bound: "≤", as the live view marks them
+BUCKET_BOUNDS = ("lat_p50_ns", "lat_p99_ns", "wait_p99_ns", "dev_p99_ns")
+
+
+def bound(ns: float | None, digits: int = 3) -> str:
+    """A quantile that is its histogram bucket's upper bound, marked ≤ (the value is at most this)."""
+    return "-" if ns is None else "≤" + ms(ns, digits)
+
+
 def _text(data: dict) -> str:
     meta = data["meta"]
     target = meta.get("target", {})
@@ -246,7 +255,8 @@ def _text(data: dict) -> str:
     lines.append("ZIL                 txgs  commits  lat mean/p50/p99/max ms          itxs  lwbs     N-Bytes     "
                  "B-Bytes  <=4kB 4-32kB >=32kB")
     for pool, st in data["summary"]["zil"].items():
-        lat = "/".join(ms(st[k], 3) for k in ("lat_mean_ns", "lat_p50_ns", "lat_p99_ns", "lat_max_ns"))
+        lat = "/".join((bound if k in BUCKET_BOUNDS else ms)(st[k], 3)
+                       for k in ("lat_mean_ns", "lat_p50_ns", "lat_p99_ns", "lat_max_ns"))
         nbytes = "-" if st["size"] is None else size(st["size"])
         lines.append(f"{pool:<18} {st['txgs']:>5} {st['commits']:>8}  {lat:<30} {dash(st['itxs']):>6} {st['lwbs']:>5} "
                      f"{size(st['nused']):>11} {nbytes:>11} {dash(st['lwb_le4k']):>6} {dash(st['lwb_4to32k']):>6} "
@@ -261,8 +271,8 @@ def _text(data: dict) -> str:
             limit = ",".join(map(str, st["max_active"])) or "?"
             lines.append(f"{pool:<20} {name:<13} {st['vdevs']:>5} {dash(st['enq']):>8} {dash(st['merged']):>8} "
                          f"{st['act_max']:>7}/{limit:<5} {st['pend_max']:>9}   "
-                         f"{ms(st['wait_mean_ns'], 3):>7}/{ms(st['wait_p99_ns'], 3):<9} "
-                         f"{ms(st['dev_mean_ns'], 3):>7}/{ms(st['dev_p99_ns'], 3)}")
+                         f"{ms(st['wait_mean_ns'], 3):>7}/{bound(st['wait_p99_ns'], 3):<9} "
+                         f"{ms(st['dev_mean_ns'], 3):>7}/{bound(st['dev_p99_ns'], 3)}")
     if not data["summary"]["vdev_queue"]:
         lines.append("(no vdev queue activity in this capture)")
     untracked = sum(st["untracked"] or 0 for c in data["summary"]["vdev_queue"].values() for st in c.values())
