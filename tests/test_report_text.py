@@ -1,0 +1,57 @@
+"""The text report: quantiles that are a latency histogram's bucket upper bound (the ZIL's commit latency p50/p99,
+the vdev queue's wait and device p99) are marked ≤, as the live view marks them; its pool column fits the longest name."""
+from __future__ import annotations
+
+import json
+import os
+
+from conftest import DATA
+from zfsobs.capture import read_capture
+from zfsobs.views import report
+from zfsobs.views.units import ms
+
+
+def test_text_report_marks_bucket_bound_quantiles_as_on_screen():
+    cap = read_capture(os.path.join(DATA, "lab-2.1.11.cap"))
+    data = json.loads(report.render(cap, "json"))
+    text = report.render(cap, "text")
+    for pool, st in data["summary"]["zil"].items():
+        zil = text.split("\nZIL ", 1)[1].split("\n\n", 1)[0]
+        row = next(line for line in zil.splitlines() if line.startswith(pool))
+        assert (f"{ms(st['lat_mean_ns'], 3)}/≤{ms(st['lat_p50_ns'], 3)}/≤{ms(st['lat_p99_ns'], 3)}/"
+                f"{ms(st['lat_max_ns'], 3)}") in row, row
+    rows = [line for line in text.splitlines() if " async_write " in line]
+    assert rows
+    for pool, classes in data["summary"]["vdev_queue"].items():
+        st = classes["async_write"]
+        row = next(r for r in rows if r.startswith(pool))
+        assert f"/≤{ms(st['wait_p99_ns'], 3)}" in row and f"/≤{ms(st['dev_p99_ns'], 3)}" in row, row
+
+
+def test_text_report_columns_fit_a_long_pool_name():
+    """A pool name longer than the pool column widens it: each table's header and its rows shift by
+    the same amount, so the numbers stay under their headers."""
+    cap = read_capture(os.path.join(DATA, "lab-2.1.11.cap"))
+    data = json.loads(report.render(cap, "json"))
+    pool = next(iter(data["summary"]["txg"]))
+    long = "tank_" + "x" * 40
+
+    def renamed(d):
+        if isinstance(d, dict):
+            return {(long if k == pool else k): renamed(v) for k, v in d.items()}
+        return [renamed(v) for v in d] if isinstance(d, list) else d
+    short = report._text(data).splitlines()
+    wide = report._text(dict(data, summary=renamed(data["summary"]))).splitlines()
+    assert len(short) == len(wide)
+    heads = ("txg sync", "ZIL ", "vdev queue ", "write throttle", "pool ")
+    shift, rows = None, 0
+    for a, b in zip(short, wide):
+        if a.startswith(heads):
+            shift = len(b) - len(a)       # the header's pool column grew by this much
+            assert shift > 0, (a, b)
+        elif a.startswith(pool + " "):
+            rest = a[len(pool):].lstrip()
+            assert b.startswith(long + " ") and b.endswith(rest), (a, b)
+            assert b.index(rest, len(long)) - a.index(rest, len(pool)) == shift, (a, b)
+            rows += 1
+    assert rows >= 5
