@@ -55,3 +55,20 @@ def test_text_report_columns_fit_a_long_pool_name():
             assert b.index(rest, len(long)) - a.index(rest, len(pool)) == shift, (a, b)
             rows += 1
     assert rows >= 5
+
+
+def test_line_mode_columns_fit_a_long_pool_name():
+    """Line mode widens its pool column to the longest name it has printed and prints the header
+    again over the wider columns: every row's numbers end where its header's names end."""
+    import io
+    from zfsobs.events import Event
+    from zfsobs.views.lines import TxgLines
+    out = io.StringIO()
+    lines = TxgLines({}, out)
+    for pool in ("tank", "tank_with_a_long_pool_name_of_many_characters", "tank"):
+        lines(Event("txg", 0, {"pool": pool, "txg": 12345, "sync_ns": 1_500_000, "start": None}))
+    text = out.getvalue().splitlines()
+    assert [t.split()[0] for t in text] == ["time", "-", "time", "-", "-"], text
+    for header, row in ((text[0], text[1]), (text[2], text[3]), (text[2], text[4])):
+        # the txg column (right-aligned) ends where its header word does
+        assert row.index("12345") + 5 == header.index("txg") + 3, (header, row)
