@@ -72,3 +72,21 @@ def test_line_mode_columns_fit_a_long_pool_name():
     for header, row in ((text[0], text[1]), (text[2], text[3]), (text[2], text[4])):
         # the txg column (right-aligned) ends where its header word does
         assert row.index("12345") + 5 == header.index("txg") + 3, (header, row)
+
+
+def test_zilstat_txg_lines_fit_a_long_pool_name():
+    """zilstat's txg mode widens its pool column the same way: the header comes again, and the
+    numbers after a long name stay under their names."""
+    import io
+    from collections import Counter
+    from zfsobs.model import Model
+    from zfsobs.views.zilstat import Zilstat
+    out = io.StringIO()
+    zs = Zilstat(Model(), {}, None, None, out=out)
+    for pool in ("tank", "tank_with_a_long_pool_name_of_many_characters", "tank"):
+        zs._emit(["12345", pool], 4096, 8192, 1.0, 0, 0, Counter(lwbs=3))
+    text = out.getvalue().splitlines()
+    assert [t.split()[0] for t in text] == ["txg", "12345", "txg", "12345", "12345"], text
+    for header, row in ((text[0], text[1]), (text[2], text[3]), (text[2], text[4])):
+        # N-Bytes (right-aligned) ends where its header name does
+        assert row.index(" 4096 ") + 5 == header.index("N-Bytes ") + 7, (header, row)
