@@ -90,3 +90,28 @@ def test_zilstat_txg_lines_fit_a_long_pool_name():
     for header, row in ((text[0], text[1]), (text[2], text[3]), (text[2], text[4])):
         # N-Bytes (right-aligned) ends where its header name does
         assert row.index(" 4096 ") + 5 == header.index("N-Bytes ") + 7, (header, row)
+
+
+def test_vqstat_names_fit_a_long_pool_name(capture_path):
+    """vqstat's pool/vdev column widens to the longest name instead of cutting it, header included:
+    the columns after a long name stay under their names."""
+    import io
+    from zfsobs.events import Parser, parse_all
+    from zfsobs.model import Model
+    from zfsobs.views.vqstat import Vqstat
+    model = Model(keep=None)
+    for ev in parse_all(read_capture(capture_path).lines, Parser()):
+        model.feed(ev)
+    long = "tank_with_a_long_pool_name_of_many_characters"
+    for v in model.vq.vdevs.values():
+        v.pool = long
+    out = io.StringIO()
+    vq = Vqstat(model, {}, 1.0, None, out=out)
+    s = max(model.vq.series.values(), key=lambda s: s.last.values["enq"])
+    end = s.lines[len(s.lines) // 2].ts
+    vq.interval(end - 10**9, end)
+    text = out.getvalue().splitlines()
+    row = next(t for t in text if t.startswith(long + " "))
+    # the first pend column (right-aligned, 6 wide) ends where the header's "pend" does
+    assert len(row) == len(text[1]), (text[1], row)
+    assert text[1].index("pend") + 4 == len(long) + 1 + 6, text
