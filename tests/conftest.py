@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 import warnings
 
@@ -134,6 +135,27 @@ def still_running(proc: subprocess.Popen) -> None:
         err = proc.stderr.read() if proc.stderr else ""
         ztest_lived(err)
         raise AssertionError(f"zfsobs ended early (status {proc.returncode}): {err[-2000:]}")
+
+
+def lab_ztest(zfsobs_pid: int, timeout: float = 120) -> int:
+    """The pid of the ztest parent of the lab that the zfsobs process ZFSOBS_PID runs (its pool is
+    zfsobs_lab_<ZFSOBS_PID>), waiting up to TIMEOUT s for it to start: what a test passes to
+    `zfsobs lab set --pid`, so that the test acts on its own lab whatever other labs run here."""
+    from zfsobs.labs.knob import POOL_PREFIX, _lab_parents
+    deadline = time.monotonic() + timeout
+    while True:
+        found = [pid for pid, pool in _lab_parents().items() if pool == f"{POOL_PREFIX}{zfsobs_pid}"]
+        if found:
+            return found[0]
+        assert time.monotonic() < deadline, f"zfsobs {zfsobs_pid}: no lab ztest within {timeout} s"
+        time.sleep(0.2)
+
+
+def lab_set(zfsobs_pid: int, *assignments: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """`zfsobs lab set ASSIGNMENTS --pid` on the lab of the zfsobs process ZFSOBS_PID (never a plain
+    `lab set`, which refuses when two labs run and would write into another's)."""
+    return subprocess.run([sys.executable, "-m", "zfsobs", "lab", "set", *assignments,
+                           "--pid", str(lab_ztest(zfsobs_pid))], capture_output=True, text=True, timeout=timeout)
 
 
 def lab_run(fn):

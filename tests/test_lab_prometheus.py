@@ -16,7 +16,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from conftest import lab_ready, lab_run, ztest_lived
+from conftest import lab_ready, lab_run, lab_set, ztest_lived
 from prom_server import Prometheus, free_port, missing, wait_for
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser, parse_all
@@ -43,7 +43,8 @@ def live(tmp_path_factory):
         wait_for(err, "serving /metrics", proc, 120)
         start = time.time()
         time.sleep(15)
-        subprocess.run(ZFSOBS + ["lab", "set", CHANGE], check=True, capture_output=True, timeout=60)
+        res = lab_set(proc.pid, CHANGE)        # this test's lab, whatever other labs run here
+        assert res.returncode == 0, res.stderr
         wait_for(err, "serving the last values", proc, 400)
         lab_end = time.time()
         time.sleep(4)       # scrapes of the final values

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import lab_ready, lab_run, ztest_lived
+from conftest import lab_ready, lab_run, lab_set, ztest_lived
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser, parse_all
 from zfsobs.model.segments import SETTLE_NS
@@ -195,7 +195,7 @@ def test_top_shows_a_lab_set_within_two_seconds():
             time.sleep(0.2)
         time.sleep(3)
         started = time.monotonic()      # the watcher may see the write before lab set returns
-        res = subprocess.run([sys.executable, "-m", "zfsobs", "lab", "set", f"{NAME}=1"], capture_output=True, text=True)
+        res = lab_set(proc.pid, f"{NAME}=1")     # this test's lab, whatever other labs run here
         done = time.monotonic()
         assert res.returncode == 0, res.stderr
         want = f"{NAME} 3 → 1"

@@ -17,26 +17,31 @@ class TxgLines:
         self.out = out or sys.stdout
         self.sep = sep
         self._header = False
+        self.pool_width = 12        # the longest pool name printed so far, at least 12
 
     def _fmt(self, values) -> str:
         if self.sep is not None:
             return self.sep.join(values)
-        widths = (12, 12, 10, 9, 12, 10, 9, 11, 9)
+        widths = (12, self.pool_width, 10, 9, 12, 10, 9, 11, 9)
         return " ".join(v.rjust(w) if i > 1 else v.ljust(w) for i, (v, w) in enumerate(zip(values, widths)))
 
     def __call__(self, ev: Event) -> None:
         if ev.kind != "txg":
             return
+        f = ev.fields
+        pool = safe.text(f["pool"])
+        if self.sep is None and len(pool) > self.pool_width:
+            # a longer name widens the pool column, and the header comes again over the new columns
+            self.pool_width, self._header = len(pool), False
         if not self._header:
             self.out.write(self._fmt(COLUMNS) + "\n")
             self._header = True
-        f = ev.fields
 
         def num(name, scale, digits):
             v = f.get(name)
             return "-" if v is None else f"{v / scale:.{digits}f}"
 
-        self.out.write(self._fmt((wallclock(self.meta, f.get("start")), safe.text(f["pool"]), str(f["txg"]),
+        self.out.write(self._fmt((wallclock(self.meta, f.get("start")), pool, str(f["txg"]),
                                   num("sync_ns", 1e6, 3), num("interval_ns", 1e6, 3),
                                   num("dirty", 1048576, 2), num("open_ns", 1e6, 3),
                                   num("quiesce_ns", 1e6, 3), num("wait_ns", 1e6, 3))) + "\n")

@@ -213,6 +213,15 @@ def _write_csv(rows, out: IO[str]) -> None:
         writer.writerow(flat)
 
 
+# quantiles that are a latency histogram's bucket upper bound: "≤", as the live view marks them
+BUCKET_BOUNDS = ("lat_p50_ns", "lat_p99_ns", "wait_p99_ns", "dev_p99_ns")
+
+
+def bound(ns: float | None, digits: int = 3) -> str:
+    """A quantile that is its histogram bucket's upper bound, marked ≤ (the value is at most this)."""
+    return "-" if ns is None else "≤" + ms(ns, digits)
+
+
 def _text(data: dict) -> str:
     meta = data["meta"]
     target = meta.get("target", {})
@@ -230,39 +239,44 @@ def _text(data: dict) -> str:
         by = ", ".join(f"{n} {p}" for p, n in sorted(meta["lost_by_probe"].items()))
         lines.append(f"warning: {meta['lost']} events lost ({by}): bpftrace's perf buffer overflowed, "
                      "so the rows and counts they carried are missing")
+    # the pool column fits the longest pool name (and at least the headers' labels)
+    longest = max(map(len, _pools(data)), default=0)
+    w = max(20, longest + 1)
     lines.append("")
-    lines.append("txg sync (ms)          txgs      p50      p95      p99      max   interval p50/mean/p99 ms"
-                 "   dirty MiB mean/max")
+    lines.append(widen("txg sync (ms)          txgs      p50      p95      p99      max   interval p50/mean/p99 ms"
+                 "   dirty MiB mean/max", 20, w))
     for pool, st in data["summary"]["txg"].items():
         s, iv, d = st["sync_ns"], st["interval_ns"], st["dirty_bytes"]
-        lines.append(f"{pool:<20} {st['txgs']:>6} {ms(s['p50'], 3):>8} {ms(s['p95'], 3):>8} "
+        lines.append(f"{pool:<{w}} {st['txgs']:>6} {ms(s['p50'], 3):>8} {ms(s['p95'], 3):>8} "
                      f"{ms(s['p99'], 3):>8} {ms(s['max'], 3):>8}   "
-                     f"{ms(iv['p50'])}/{ms(iv['mean'])}/{ms(iv['p99'])}".ljust(80)
+                     f"{ms(iv['p50'])}/{ms(iv['mean'])}/{ms(iv['p99'])}".ljust(80 + w - 20)
                      + f"   {mib(d['mean'])}/{mib(d['max'])}")
     if not data["summary"]["txg"]:
         lines.append("(no txg synced in this capture)")
-    lines += _throttle_text(data["summary"]["txg"])
+    lines += _throttle_text(data["summary"]["txg"], w)
     lines.append("")
-    lines.append("ZIL                 txgs  commits  lat mean/p50/p99/max ms          itxs  lwbs     N-Bytes     "
-                 "B-Bytes  <=4kB 4-32kB >=32kB")
+    zw = max(18, longest + 1)
+    lines.append(widen("ZIL                 txgs  commits  lat mean/p50/p99/max ms          itxs  lwbs     N-Bytes     "
+                 "B-Bytes  <=4kB 4-32kB >=32kB", 18, zw))
     for pool, st in data["summary"]["zil"].items():
-        lat = "/".join(ms(st[k], 3) for k in ("lat_mean_ns", "lat_p50_ns", "lat_p99_ns", "lat_max_ns"))
+        lat = "/".join((bound if k in BUCKET_BOUNDS else ms)(st[k], 3)
+                       for k in ("lat_mean_ns", "lat_p50_ns", "lat_p99_ns", "lat_max_ns"))
         nbytes = "-" if st["size"] is None else size(st["size"])
-        lines.append(f"{pool:<18} {st['txgs']:>5} {st['commits']:>8}  {lat:<30} {dash(st['itxs']):>6} {st['lwbs']:>5} "
+        lines.append(f"{pool:<{zw}} {st['txgs']:>5} {st['commits']:>8}  {lat:<30} {dash(st['itxs']):>6} {st['lwbs']:>5} "
                      f"{size(st['nused']):>11} {nbytes:>11} {dash(st['lwb_le4k']):>6} {dash(st['lwb_4to32k']):>6} "
                      f"{dash(st['lwb_ge32k']):>6}")
     if not data["summary"]["zil"]:
         lines.append("(no ZIL activity in this capture)")
     lines.append("")
-    lines.append("vdev queue           class         vdevs     I/Os   merged  act max/limit  pend max"
-                 "   wait mean/p99 ms   device mean/p99 ms")
+    lines.append(widen("vdev queue           class         vdevs     I/Os   merged  act max/limit  pend max"
+                 "   wait mean/p99 ms   device mean/p99 ms", 20, w))
     for pool, classes in data["summary"]["vdev_queue"].items():
         for name, st in classes.items():
             limit = ",".join(map(str, st["max_active"])) or "?"
-            lines.append(f"{pool:<20} {name:<13} {st['vdevs']:>5} {dash(st['enq']):>8} {dash(st['merged']):>8} "
+            lines.append(f"{pool:<{w}} {name:<13} {st['vdevs']:>5} {dash(st['enq']):>8} {dash(st['merged']):>8} "
                          f"{st['act_max']:>7}/{limit:<5} {st['pend_max']:>9}   "
-                         f"{ms(st['wait_mean_ns'], 3):>7}/{ms(st['wait_p99_ns'], 3):<9} "
-                         f"{ms(st['dev_mean_ns'], 3):>7}/{ms(st['dev_p99_ns'], 3)}")
+                         f"{ms(st['wait_mean_ns'], 3):>7}/{bound(st['wait_p99_ns'], 3):<9} "
+                         f"{ms(st['dev_mean_ns'], 3):>7}/{bound(st['dev_p99_ns'], 3)}")
     if not data["summary"]["vdev_queue"]:
         lines.append("(no vdev queue activity in this capture)")
     untracked = sum(st["untracked"] or 0 for c in data["summary"]["vdev_queue"].values() for st in c.values())
@@ -277,32 +291,42 @@ def _text(data: dict) -> str:
     vc = data["summary"]["vdev_cache"]
     lines += ["", f"vdev_cache: {vc['state']}: {vc['why']}"]
     if vc["state"] == "active":
-        lines.append("pool                    reads     hits   misses declined   asked(cached)  device(fills)"
-                     "  inflation    net  all: device/asked")
+        lines.append(widen("pool                    reads     hits   misses declined   asked(cached)  device(fills)"
+                     "  inflation    net  all: device/asked", 20, w))
         for pool, st in vc["pools"].items():
             def x(v):
                 return "-" if v is None else f"{v:.2f}x"
             asked = "-" if st["hit_bytes"] is None or st["miss_bytes"] is None else size(st["hit_bytes"] + st["miss_bytes"])
-            lines.append(f"{pool:<20} {dash(st['reads']):>8} {st['hits']:>8} {st['misses']:>8} {dash(st['declined']):>8} "
+            lines.append(f"{pool:<{w}} {dash(st['reads']):>8} {st['hits']:>8} {st['misses']:>8} {dash(st['declined']):>8} "
                          f"{asked:>15} {size(st['fill_bytes']):>14} "
                          f"{x(st['inflation']):>10} {x(st['net']):>6} {x(st['amplification']):>18}")
     # the names, host, paths and warnings in them come from the capture
     return "\n".join(map(safe.text, lines)) + "\n"
 
 
-def _throttle_text(summary: dict) -> list[str]:
+def _pools(data: dict) -> set[str]:
+    summary = data["summary"]
+    return set(summary["txg"]) | set(summary["zil"]) | set(summary["vdev_queue"]) | set(summary["vdev_cache"]["pools"])
+
+
+def widen(header: str, at: int, width: int) -> str:
+    """HEADER with its pool column (AT characters from the left) grown to WIDTH."""
+    return header[:at] + " " * (width - at) + header[at:]
+
+
+def _throttle_text(summary: dict, w: int = 20) -> list[str]:
     """The write throttle per pool (docs/txg.md), when it was traced."""
     pools = {p: st["throttle"] for p, st in summary.items() if st.get("throttle")}
     if not pools:
         return []
-    lines = ["", "write throttle        txgs delayed  transactions delayed  delay total s  mean/max ms"
-                 "   dirty % of max p50/p99/max   txg waits"]
+    lines = ["", widen("write throttle        txgs delayed  transactions delayed  delay total s  mean/max ms"
+                       "   dirty % of max p50/p99/max   txg waits", 20, w)]
     for pool, th in pools.items():
         d = th["dirty_pct"] or {}     # None: kstat mode counts delays only (docs/kstat.md)
         pct = "/".join("-" if d.get(k) is None else f"{d[k]:.0f}" for k in ("p50", "p99", "max"))
         total = "-" if th["delay_ns"] is None else f"{th['delay_ns'] / 1e9:.3f}"
-        lines.append(f"{pool:<20} {th['txgs_delayed']:>5}/{th['txgs']:<6} {th['delay_count']:>20} "
-                     f"{total:>14}  {ms(th['delay_mean_ns'], 3)}/{ms(th['delay_max_ns'], 3)}".ljust(88)
+        lines.append(f"{pool:<{w}} {th['txgs_delayed']:>5}/{th['txgs']:<6} {th['delay_count']:>20} "
+                     f"{total:>14}  {ms(th['delay_mean_ns'], 3)}/{ms(th['delay_max_ns'], 3)}".ljust(88 + w - 20)
                      + f"{pct:>18}   {dash(th['txwait_count']):>9}")
     return lines
 

@@ -34,6 +34,7 @@ class Vqstat:
         self.timestamps = timestamps
         self.out = out or sys.stdout
         self.printed = 0
+        self.name_width = 24        # the pool/vdev column: the longest name printed so far, at least 24
         self.start_ns: int | None = None
 
     @property
@@ -43,7 +44,7 @@ class Vqstat:
     def header(self) -> str:
         top = " ".join(name.center(13) for name, _ in QUEUES)
         sub = " ".join(f"{'pend':>6} {'activ':>6}" for _ in QUEUES)
-        lead = ("time".ljust(13) if self.timestamps else "") + "pool/vdev".ljust(24)
+        lead = ("time".ljust(13) if self.timestamps else "") + "pool/vdev".ljust(self.name_width)
         return f"{'':{len(lead)}} {top}\n{lead} {sub}"
 
     def on_tick(self, now_ns: int | None = None) -> bool:
@@ -74,17 +75,22 @@ class Vqstat:
                 else:
                     total[0] += pend
                     total[1] += act
-        if self.printed == 0 or self.verbose:
-            self.out.write(self.header() + "\n")
         stamp = wallclock(self.meta, end).ljust(13) if self.timestamps else ""
         # pools with live vdevs print even when idle (zeros), as zpool iostat does
         live = {v.pool for v in self.model.vq.vdevs.values() if not v.final and v.pool != "?"}
+        out = []
         for pool in sorted(set(pools) | live) or ["-"]:
-            self.out.write(stamp + self._line(pool, pools.get(pool, {})) + "\n")
+            out.append((pool, pools.get(pool, {})))
             if self.verbose:
                 for key in sorted(k for k in vdevs if k[0] == pool):
-                    name = "  " + os.path.basename(key[1]) + (f" [{key[2]}]" if key[2] else "")
-                    self.out.write(stamp + self._line(name, vdevs[key]) + "\n")
+                    out.append(("  " + os.path.basename(key[1]) + (f" [{key[2]}]" if key[2] else ""), vdevs[key]))
+        # the name column fits the longest name printed so far; widening it repeats the header
+        longest = max(len(safe.text(name)) for name, _ in out)
+        if self.printed == 0 or self.verbose or longest > self.name_width:
+            self.name_width = max(self.name_width, longest)
+            self.out.write(self.header() + "\n")
+        for name, cells in out:
+            self.out.write(stamp + self._line(name, cells) + "\n")
         self.out.flush()
         self.printed += 1
 
@@ -92,4 +98,4 @@ class Vqstat:
         fmt = (lambda v: f"{v:6.0f}") if self.peak else (lambda v: f"{v:6.2f}")
         values = " ".join(f"{fmt(cells[c][0])} {fmt(cells[c][1])}" if c in cells else f"{0:6} {0:6}"
                           for _, c in QUEUES)
-        return f"{safe.text(name)[:24]:<24} {values}"
+        return f"{safe.text(name):<{self.name_width}} {values}"
