@@ -13,16 +13,22 @@ from zfsobs.procs import stop
 from zfsobs.sources.selfcost import SelfCost, bpf_runs, cpu_seconds
 
 # 0.3 s of its own CPU, however long a busy machine takes to give it (a 0.6 s wall-clock spin got
-# 0.08 CPU-s at load 16)
-BUSY = "import time\nend = time.time() + 120\nwhile time.process_time() < 0.3 and time.time() < end: pass\n"
+# 0.08 CPU-s at load 16); then it says so and lives until its stdin closes, so that a reading is
+# taken after the spin (at load 5.7 one taken at 0.5 s had seen 0.12 s of it)
+BUSY = ("import sys, time\nend = time.time() + 120\nwhile time.process_time() < 0.3 and time.time() < end: pass\n"
+        "print('spun', flush=True)\nsys.stdin.read()\n")
 
 
 def test_a_busy_tracer_s_cpu_is_counted_from_the_start_and_kept_after_it_exits():
-    proc = subprocess.Popen([sys.executable, "-c", BUSY])
+    proc = subprocess.Popen([sys.executable, "-c", BUSY], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
     cost = SelfCost({"busy": proc.pid})
     time.sleep(0.5)
+    assert proc.stdout.readline() == "spun\n"
     assert cost.skipped() == {"busy": 0}      # a reading too: no BPF program, none skipped
+    proc.stdin.close()
     proc.wait()
+    proc.stdout.close()
     totals = cost.totals()           # the process is gone: its last reading stands
     assert cpu_seconds(proc.pid) is None
     assert 0.25 <= totals["busy"]["cpu_s"] <= 1.0, totals
