@@ -4,6 +4,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -147,3 +148,19 @@ def test_bpftrace_too_old(tmp_path):
     one_line_error(res, "is bpftrace v0.11.3; the probes need 0.17 or newer")
     doctor = run("doctor", env=dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}"))
     assert "the probes need 0.17 or newer (Debian 12 ships 0.17: apt-get install bpftrace)" in doctor.stdout
+
+
+@pytest.mark.parametrize("out", ["/proc/zfsobs-x", "/sys/zfsobs-x"])
+def test_output_that_cannot_be_created_fails_before_the_lab(out, tmp_path):
+    """issue 42 item 2: -O on /proc or /sys was refused only after the probes and the lab started
+    (7-15 s); now one line, before anything starts (the lab's dir is never made)."""
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    began = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "zfsobs", "record", "--lab", "-O", out, "--duration", "2"],
+                       capture_output=True, text=True, timeout=60, env=env)
+    took = time.monotonic() - began
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.count("\n") == 1 and "cannot create capture" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
+    assert took < 5, took     # the probes' start alone took ~7 s
+    assert not os.path.exists(out)
