@@ -4,6 +4,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -167,3 +168,19 @@ def test_doctor_names_a_target_s_unknown_offsets_once():
     assert grouped(notes + ["block foo dropped"]) == [
         "block foo dropped", "offsets unknown for libzpool 2.3.2 (/x/libzpool.so.6) (2): "
         "zfs_vdev_a_max_active, zfs_vdev_b_max_active"]
+
+
+@pytest.mark.parametrize("out", ["/proc/zfsobs-x", "/sys/zfsobs-x"])
+def test_output_that_cannot_be_created_fails_before_the_lab(out, tmp_path):
+    """issue 42 item 2: -O on /proc or /sys was refused only after the probes and the lab started
+    (7-15 s); now one line, before anything starts (the lab's dir is never made)."""
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    began = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "zfsobs", "record", "--lab", "-O", out, "--duration", "2"],
+                       capture_output=True, text=True, timeout=60, env=env)
+    took = time.monotonic() - began
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.count("\n") == 1 and "cannot create capture" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
+    assert took < 5, took     # the probes' start alone took ~7 s
+    assert not os.path.exists(out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import tempfile
 
 from zfsobs.errors import ZfsobsError
 
@@ -34,6 +35,12 @@ def check_output_dir(path: str) -> None:
         raise ZfsobsError(f"{path}: cannot create capture: read-only file system")
     if not os.access(parent, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         raise ZfsobsError(f"{path}: cannot create capture: permission denied")
+    try:        # what only creating a file shows (/proc, /sys refuse it): a probe file, removed at once
+        fd, probe = tempfile.mkstemp(prefix=".zfsobs-check-", dir=parent)
+    except OSError as exc:
+        raise ZfsobsError(f"{path}: cannot create capture: {parent}: {exc.strerror}") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def check_command(name: str) -> None:

@@ -2,6 +2,7 @@
 drives them until a duration, a command, the lab, a key or a signal ends it. Cleans up always."""
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -61,6 +62,8 @@ class Session:
         # bad input is an error before anything starts (no probe, no lab, no file)
         if getattr(args, "record", None):
             check_output_name(args.record, args.force)
+            if os.geteuid() == 0:       # as root it is the check that can fail (else: "needs root" first)
+                check_output_dir(args.record)
         if getattr(args, "command", None):
             check_command(args.command[0])
         if getattr(args, "lab", False):
