@@ -143,3 +143,13 @@ def test_a_scrape_passes_promtool_and_negotiates_openmetrics(live):
     kind, body = live["om"]
     assert kind.startswith("application/openmetrics-text") and body.endswith("# EOF\n"), kind
     assert "zfsobs_build_info{" in live["text"] and "# TYPE zfsobs_txg_sync_duration_seconds histogram" in live["text"]
+
+
+def test_exporter_duration_stops_it():
+    """`exporter --lab --duration S` ends once S seconds are recorded (--help says so); it went on
+    serving the last values until Ctrl-C, as after a lab that ended by itself."""
+    port = free_port()
+    r = subprocess.run(ZFSOBS + ["exporter", "--lab", "--duration", "3", "--listen", f"127.0.0.1:{port}"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stderr.rstrip().endswith("zfsobs: stopped: duration reached"), r.stderr
+    assert "serving the last values" not in r.stderr

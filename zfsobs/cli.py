@@ -220,7 +220,7 @@ def _exporter(args) -> int:
     if _probe_died(session):
         server.shutdown()
         return 1
-    if session.lab is not None and session.reason.startswith(("the lab's ztest run ended", "duration")):
+    if session.lab is not None and session.reason.startswith("the lab's ztest run ended"):
         exporter.linger(server, session.reason)
     else:
         server.shutdown()
