@@ -178,7 +178,9 @@ class Session:
                     self.skipped += count
                     self.pipeline.feed_line(format_line("lost", time.monotonic_ns(),
                                                         {"count": count, "probe": name, "cause": "skipped"}))
-            for line in self.source.finish():
+            # the lab's ztest ends while the tracers detach, not after them
+            lines = self.source.finish(then=self.lab.terminate) if self.lab else self.source.finish()
+            for line in lines:
                 self.pipeline.feed_line(line)
         except (KeyboardInterrupt, Terminated):
             pass
