@@ -21,9 +21,21 @@ from zfsobs.sources.selfcost import SelfCost
 from zfsobs.signals import Terminated, raise_on_termination, restore_defaults, whole
 from zfsobs.sources.dtrace import make_source
 from zfsobs.sources.bpftrace import DEFAULT_PROBES
-from zfsobs.targets.target import resolve
+from zfsobs.targets.target import resolve, uses_dtrace
 from zfsobs.views.status import Status
 from zfsobs.sources.watcher import watcher_for
+
+
+# No target given and no ZFS in this kernel: the default target (the system's libzpool, which no
+# process may run) would wait for a txg forever, so the session says so before anything starts
+NOTHING_TO_TRACE = ("nothing to trace: no ZFS kernel module (/sys/module/zfs, /proc/spl/kstat/zfs) and no --target; "
+                    "try --lab (a userland ZFS lab), --target libzpool:PATH (the processes running that library), "
+                    "`-- COMMAND` (what it runs) or `zfsobs doctor`")
+
+
+def zfs_here() -> bool:
+    """ZFS runs in this kernel (its module, its kstats, or illumos/FreeBSD's DTrace provider)."""
+    return os.path.isdir("/sys/module/zfs") or os.path.isdir("/proc/spl/kstat/zfs") or uses_dtrace()
 
 
 BATCH_S = 0.05     # the shortest loop: a step takes every line that arrived meanwhile
@@ -77,6 +89,9 @@ class Session:
                     getattr(args, "workload", "default") != "default" or getattr(args, "zfs", None):
                 raise ZfsobsError("-o NAME=VALUE, --workload, --lab-time and --zfs are for the lab only (use --lab); "
                                   "zfsobs never writes tunables of a real system")
+            if getattr(args, "target", None) in (None, "", "auto") and not getattr(args, "command", None) \
+                    and not zfs_here():
+                raise ZfsobsError(NOTHING_TO_TRACE)
             target = resolve(args.target)
         self.source = make_source(target, self.probes, tunables, getattr(args, "pool", None),
                                   getattr(args, "source", "auto"), getattr(args, "tracer", "auto"))
@@ -181,7 +196,9 @@ class Session:
                     self.skipped += count
                     self.pipeline.feed_line(format_line("lost", time.monotonic_ns(),
                                                         {"count": count, "probe": name, "cause": "skipped"}))
-            for line in self.source.finish():
+            # the lab's ztest ends while the tracers detach, not after them
+            lines = self.source.finish(then=self.lab.terminate) if self.lab else self.source.finish()
+            for line in lines:
                 self.pipeline.feed_line(line)
         except (KeyboardInterrupt, Terminated):
             pass

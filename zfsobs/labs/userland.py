@@ -206,6 +206,15 @@ class Lab:
                 f.write(tail)
         return why + (f"; its log: {self.kept_log}" if self.kept_log else "")
 
+    def terminate(self) -> None:
+        """SIGTERM to ztest's group without waiting: stop() then finds it ending or ended. With
+        ztest gone, bpftrace's uprobe teardown has no process mapping libzpool to patch."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):

@@ -332,10 +332,11 @@ class BpftraceSource:
     def attached(self) -> bool:
         return len(self._attached) == len(self._procs)
 
-    def finish(self, timeout: float = 5.0) -> list[str]:
+    def finish(self, timeout: float = 5.0, then=None) -> list[str]:
         """Stop the probes and return every line they still had: what the kernel's buffers held and
         bpftrace had not printed yet (e.g. the final counts of a process that just exited). The stop
-        makes bpftrace print what is buffered, run END and exit; its pipes then reach EOF."""
+        makes bpftrace print what is buffered, run END and exit; its pipes then reach EOF. `then`
+        (the lab's stop) runs while they detach."""
         if self._dumps:
             # END prints no dump (it runs as probes detach): wait for the dumps of sets left after now
             # (bpftrace's clock is the monotonic one)
@@ -349,6 +350,8 @@ class BpftraceSource:
         # line a probe stamped before it saw the stop flag (zil.bt's spa_sync) is then never late
         self._ask_stop()
         self._stop_ns = time.monotonic_ns()
+        if then is not None:
+            then()
         deadline = time.monotonic() + timeout
         for pump in self._pumps:
             pump.join(max(0.0, deadline - time.monotonic()))

@@ -201,10 +201,10 @@ class DtraceSource(BpftraceSource):
             self.meta["dtrace_libs"] = libs
         self._runtime()
 
-    def finish(self, timeout: float = 30.0) -> list[str]:
+    def finish(self, timeout: float = 30.0, then=None) -> list[str]:
         """As bpftrace's, with longer for END: dtrace snapshots and prints its aggregations then
         (25 s for zil.d's under software emulation, issue 27)."""
-        return super().finish(timeout)
+        return super().finish(timeout, then)
 
     def command(self, path: str) -> list[str]:
         """-Z: a probe this kernel lacks leaves its clause out (doctor names it) instead of failing;

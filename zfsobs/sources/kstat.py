@@ -224,9 +224,11 @@ class KstatSource:
         self._vc_last = fields
         return [format_line("vc", time.monotonic_ns(), fields)]
 
-    def finish(self, timeout: float = 5.0) -> list[str]:
-        """A last read, and every open ZIL row as final."""
+    def finish(self, timeout: float = 5.0, then=None) -> list[str]:
+        """A last read, and every open ZIL row as final; then `then` (as bpftrace's)."""
         lines = self._read()
+        if then is not None:
+            then()
         if self.queue is not None:
             lines += self.queue.lines()
         ts = time.monotonic_ns()

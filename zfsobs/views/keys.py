@@ -20,8 +20,10 @@ class Keys:
         return self
 
     def __exit__(self, *exc) -> None:
+        """The terminal's modes as they were; once only (a quit restores them before the probes stop)."""
         if self._saved is not None:
             termios.tcsetattr(self.fd, termios.TCSADRAIN, self._saved)
+            self._saved = None
 
     def read(self, timeout: float = 0.0) -> str | None:
         if self.fd is None:

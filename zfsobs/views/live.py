@@ -28,6 +28,11 @@ def run_live(session: Session, console: Console) -> None:
             key = keys.read(0)
             while key:
                 if key in ("q", "Q"):
+                    # the terminal is the user's again at once: the probes' detach (seconds of
+                    # bpftrace's uprobe teardown) and the capture's close follow off screen
+                    painter.__exit__(None, None, None)
+                    keys.__exit__(None, None, None)
+                    console.file.flush()
                     return False
                 if key == " ":
                     status.paused = not status.paused

@@ -17,15 +17,20 @@ from zfsobs.views.screen import Screen
 class Painter:
     def __init__(self, console: Console):
         self.console = console
+        self.on = False
 
     def __enter__(self) -> "Painter":
         self.console.set_alt_screen(True)
         self.console.show_cursor(False)
+        self.on = True
         return self
 
     def __exit__(self, *exc) -> None:
-        self.console.show_cursor(True)
-        self.console.set_alt_screen(False)
+        """The terminal as it was; once only (a quit gives it back before the probes stop)."""
+        if self.on:
+            self.on = False
+            self.console.show_cursor(True)
+            self.console.set_alt_screen(False)
 
     def paint(self, screen: Screen) -> None:
         console = self.console
