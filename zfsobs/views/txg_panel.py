@@ -9,54 +9,71 @@ from rich.text import Text
 from zfsobs import safe
 from zfsobs.model.txg import TxgModel
 from zfsobs.views.box import Box
+from zfsobs.views.phrases import Phrases
 from zfsobs.views.units import Tail, marked_sparkline, mib, ms, NumericTable
 
 BAR_WIDTH = 24
 
 
-def render_txg(model: TxgModel, rows_per_pool: int, changes: list[int] = ()) -> Box:
-    """`rows_per_pool` 0: the summary lines only. `changes`: monotonic ns of tunable changes, marked on the sparkline."""
+def render_txg(model: TxgModel, rows_per_pool: int, changes: list[int] = (), lines: int = 2, spark: bool = True) -> Box:
+    """`rows_per_pool` 0: the summary lines only. `changes`: monotonic ns of tunable changes, marked on the
+    sparkline. `lines`: the summary's most lines (its last phrases go first); `spark` False: no sparkline."""
     if not model.pools:
         return Box(Text("waiting for the first txg sync…", style="dim"), title="txg sync")
     parts = []
     for pool in sorted(model.pools):
-        parts.extend(_pool(model, pool, rows_per_pool, changes))
+        parts.extend(_pool(model, pool, rows_per_pool, changes, lines, spark))
     return Box(Group(*parts), title="txg sync", title_align="left")
 
 
-def _pool(model: TxgModel, pool: str, nrows: int, changes) -> list:
-    window = model.pools[pool].window()
+def _pool(model: TxgModel, pool: str, nrows: int, changes, nlines: int = 2, spark_on: bool = True) -> list:
+    held = model.pools[pool]
+    window = held.window()
     st = model.stats(pool, window)
     s, iv, dirty = st["sync_ns"], st["interval_ns"], st["dirty_bytes"]
-    line = Text.assemble(
-        (safe.text(pool), "bold"), f"  last 60 s: {st['txgs']} txgs  sync ms p50 {ms(s['p50'])}  "
-        f"p99 {ms(s['p99'])}  max {ms(s['max'])}   interval ms p50 {ms(iv['p50'])}  "
-        f"dirty MiB mean {mib(dirty['mean'])}  max {mib(dirty['max'])}")
+    phrases = [f"last 60 s: {st['txgs']} txgs", f"sync ms p50 {ms(s['p50'])}", f"p99 {ms(s['p99'])}",
+               f"max {ms(s['max'])}"]
     th = st["throttle"]
     if th:      # the write throttle (docs/txg.md): how full dirty data got, and what writers waited
         pct = th["dirty_pct"]["max"]
-        line.append(f"   throttle: dirty max {'-' if pct is None else f'{pct:.0f}'}% of max  "
-                    f"{th['delay_count']} delayed in {th['txgs_delayed']} txgs  "
-                    f"mean {ms(th['delay_mean_ns'])} max {ms(th['delay_max_ns'])} ms",
-                    style="bold red" if th["delay_count"] else "")
+        style = "bold red" if th["delay_count"] else ""
+        phrases += [Text(f"throttle: {th['delay_count']} delayed in {th['txgs_delayed']} txgs", style=style),
+                    Text(f"dirty max {'-' if pct is None else f'{pct:.0f}'}% of max", style=style),
+                    Text(f"delay mean {ms(th['delay_mean_ns'])} max {ms(th['delay_max_ns'])} ms", style=style)]
+    phrases += [f"interval ms p50 {ms(iv['p50'])}", f"dirty MiB mean {mib(dirty['mean'])}",
+                f"max {mib(dirty['max'])}"]
+    line = Phrases(Text(safe.text(pool), style="bold"), phrases, max_lines=nlines)
     # a txg event comes at sync end: the first txg that ended at or after a change is its first
     # sample; only changes between two txgs of the window (an older one would mark the first)
     ends = [r.start_ns + r.sync_ns for r in window]
     marks = [next((i for i, t in enumerate(ends) if t >= c), 0) for c in changes]
     spark = Tail(Text("sync  ", style="dim"), marked_sparkline([r.sync_ns for r in window], 100, "cyan",
                                                                [i for i in marks if i > 0]))
+    head = [line, spark] if spark_on else [line]
     if nrows <= 0:
-        return [line, spark]
-    top = max((r.sync_ns for r in window), default=1) or 1
+        return head
+    # bars run to the window's p90 sync time, so one slow sync does not flatten the rest; a longer one
+    # is a full bar ended by ▸ (clipped)
+    top = _p90([r.sync_ns for r in window]) or 1
     rows, bars = [], []
     for r in list(window)[-nrows:][::-1]:
         style = "red" if r.sync_ns >= (s["p99"] or 0) and len(window) > 10 else "green"
-        bars.append(Text("█" * max(1, round(r.sync_ns / top * BAR_WIDTH)), style=style))
+        over = r.sync_ns > top
+        bars.append(Text("█" * max(1, min(BAR_WIDTH, round(r.sync_ns / top * BAR_WIDTH))) + ("▸" if over else ""),
+                         style=style))
         pct = r.dirty_pct
         throttle = ["-" if pct is None else f"{pct:.0f}", str(r.delay_count or 0), ms(r.delay_ns or 0)] if th else []
         rows.append([str(r.txg), str(r.pid), ms(r.sync_ns), ms(r.interval_ns), mib(r.dirty_bytes), *throttle,
                      ms(r.open_ns), ms(r.quiesce_ns), ms(r.wait_ns)])
     headers = ("txg", "pid", "sync ms", "interval ms", "dirty MiB") + (("dirty %", "delayed", "delay ms") if th else ()) \
         + ("open ms", "quiesce ms", "wait ms")
-    table = NumericTable(headers, rows, ("sync time", bars), drop=("wait ms", "quiesce ms", "pid", "open ms"))
-    return [line, spark, table]
+    table = NumericTable(headers, rows, ("sync time to p90 (▸ over)", bars), drop=("wait ms", "quiesce ms", "pid", "open ms"))
+    return [*head, table]
+
+
+def _p90(values: list[int]) -> int:
+    """The 90th percentile of the values (nearest rank): the bars' full scale."""
+    if not values:
+        return 0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, -(-9 * len(ordered) // 10) - 1)]

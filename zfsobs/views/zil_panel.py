@@ -11,6 +11,7 @@ from zfsobs.model import Model
 from zfsobs.model.zil import lat_bounds, lat_quantile
 from zfsobs.views.box import Box
 from zfsobs.views.na import blank, unavailable
+from zfsobs.views.phrases import Phrases
 from zfsobs.views.units import ms, NumericTable, size, sparkline
 
 WINDOW_NS = 60 * 10**9
@@ -20,7 +21,8 @@ COLUMNS = ("txg", "sync ms", "commits", "lat p50 ms", "lat max ms", "itxs", "wri
            "N-Bytes", "B-Bytes", "<=4kB", "4-32kB", ">=32kB")
 
 
-def render_zil(model: Model, rows_per_pool: int, now_ns: int | None) -> Box:
+def render_zil(model: Model, rows_per_pool: int, now_ns: int | None, lines: int = 2, hist: bool = True) -> Box:
+    """`lines`: the summary's most lines (its last phrases go first); `hist` False: no latency histogram."""
     zil = model.zil
     if not zil.pools:
         note = "no ZIL activity yet (commits come from fsync, O_SYNC, sync=always)"
@@ -28,24 +30,24 @@ def render_zil(model: Model, rows_per_pool: int, now_ns: int | None) -> Box:
     now = now_ns if now_ns is not None else model.last_ts or 0
     parts = []
     for pool in sorted(zil.pools):
-        parts.extend(_pool(model, pool, rows_per_pool, now))
+        parts.extend(_pool(model, pool, rows_per_pool, now, lines, hist))
     return Box(Group(*parts), title="ZIL (per txg open when it happened)", title_align="left")
 
 
-def _pool(model: Model, pool: str, nrows: int, now: int) -> list:
+def _pool(model: Model, pool: str, nrows: int, now: int, nlines: int = 2, hist_on: bool = True) -> list:
     state = model.zil.pools[pool]
     window = state.window(now - WINDOW_NS)
     na = unavailable(model, "zil")               # kstat mode: no latency, itxs or block sizes
     st = blank(model.zil.stats(pool, window), na)
     rate = state.bytes_between(now - RATE_NS, now) / (RATE_NS / 1e9)
     top = state.max_rate(now - WINDOW_NS, now)
-    latency = ("latency -" if "lat_ns" in na else f"latency ms p50 ≤{ms(st['lat_p50_ns'], 3)}"
-               f"  p99 ≤{ms(st['lat_p99_ns'], 3)}  max {ms(st['lat_max_ns'], 3)}")
-    line = Text.assemble(
-        (safe.text(pool), "bold"), f"  last 60 s: {st['commits']} commits  {latency}   "
-        f"N-Bytes/s {size(int(rate))}  max {size(int(top))}/s")
+    latency = ["latency -"] if "lat_ns" in na else [
+        f"latency ms p50 ≤{ms(st['lat_p50_ns'], 3)}", f"p99 ≤{ms(st['lat_p99_ns'], 3)}", f"max {ms(st['lat_max_ns'], 3)}"]
+    line = Phrases(Text(safe.text(pool), style="bold"),
+                   [f"last 60 s: {st['commits']} commits", *latency, f"N-Bytes/s {size(int(rate))}",
+                    f"max {size(int(top))}/s"], max_lines=nlines)
     parts = [line]
-    hist = _histogram(st["lat_hist"] or [])
+    hist = _histogram(st["lat_hist"] or []) if hist_on else None
     if hist is not None:
         parts.append(hist)
     if nrows <= 0:
