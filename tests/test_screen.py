@@ -104,3 +104,14 @@ def test_a_summary_wraps_between_phrases_never_inside_one():
     texts = [t.plain for t in Phrases(None, ["sync ms p50 18.46", "p99 86.16", "max 112.39"], max_lines=2).texts(30)]
     assert texts == ["sync ms p50 18.46  p99 86.16", "max 112.39"]
     assert [t.plain for t in Phrases(None, ["a b c", "d"], max_lines=1).texts(6)] == ["a b c"]
+
+
+def test_the_mode_line_says_only_what_is_true():
+    """'PAUSED (recording continues)' showed when nothing recorded, and the kernel lab's guest view
+    offered q, which no key reaches there (issue 42)."""
+    from zfsobs.views.header import _mode_text
+    assert _mode_text(Status({}, paused=True)).plain.split("   ")[0] == "  PAUSED"
+    recording = _mode_text(Status({}, paused=True, recording="/tmp/x.cap")).plain
+    assert "PAUSED (recording continues)" in recording and "q quit" in recording
+    guest = _mode_text(Status({}, keys=False)).plain
+    assert "q quit" not in guest and "Ctrl-C quits" in guest

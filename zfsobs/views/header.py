@@ -59,6 +59,7 @@ def _mode_text(status: Status) -> Text:
     parts = []
     if status.recording:
         parts.append((f"● REC {status.recording} ({size(status.recorded_bytes)})", "bold red"))
-    parts.append(("  PAUSED (recording continues)" if status.paused else "  LIVE", "bold green"))
-    parts.append(("   space pause  q quit", "dim"))
+    paused = "  PAUSED (recording continues)" if status.recording else "  PAUSED"
+    parts.append((paused if status.paused else "  LIVE", "bold green"))
+    parts.append(("   space pause  q quit" if status.keys else "   Ctrl-C quits", "dim"))
     return Text.assemble(*parts)

@@ -17,6 +17,7 @@ KEY_S = 0.2     # how often keys are read
 def run_live(session: Session, console: Console) -> None:
     status = session.status
     with Keys() as keys, Painter(console) as painter:
+        status.keys = keys.fd is not None
         fit = Fit()
 
         def draw() -> None:

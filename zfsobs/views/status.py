@@ -13,6 +13,7 @@ class Status:
     recording: str = ""              # capture path while recording
     recorded_bytes: int = 0
     paused: bool = False
+    keys: bool = True                # live: keys reach the view (the kernel lab's guest has no stdin)
     cursor_ns: int | None = None     # replay position (event time)
     end_ns: int | None = None        # replay end (event time)
     start_ts: int | None = None      # replay: the first event's ts, which cursor_ns counts from
