@@ -184,3 +184,36 @@ def test_output_that_cannot_be_created_fails_before_the_lab(out, tmp_path):
     assert "Traceback" not in p.stderr
     assert took < 5, took     # the probes' start alone took ~7 s
     assert not os.path.exists(out)
+
+
+@pytest.mark.parametrize("args, line", [
+    (["top", "--lab", "--bpftrace", "/etc/passwd"], "--bpftrace /etc/passwd: not an executable file"),
+    (["top", "--lab", "--bpftrace", "/nonexistent/bpftrace"], "--bpftrace /nonexistent/bpftrace: not found"),
+    (["report", "--compare", "--format", "openmetrics", "x.cap"], "report --compare: --format text, json or csv"),
+])
+def test_what_a_new_user_mistypes_gets_a_line_that_names_it(args, line):
+    """Each said something else (issue 42, item 8; a negative tunable: test_cli_robust.py):
+    'bpftrace not found (ZFSOBS_BPFTRACE=...)' naming a variable nobody set, and --compare's
+    OpenMetrics printed the text report."""
+    if os.geteuid() != 0 and args[0] == "top":
+        pytest.skip("needs root (the root check comes first)")
+    one_line_error(run(*args), line)
+
+
+def test_a_truncated_capture_s_warnings_show_once(tmp_path, capture_path):
+    cut = tmp_path / "cut.cap"
+    cut.write_bytes(open(capture_path, "rb").read()[:30000])
+    text = run("report", str(cut))
+    assert text.returncode == 0 and "zfsobs: warning" not in text.stderr, text.stderr
+    assert "warning: no trailer" in text.stdout
+    csv = run("report", str(cut), "--format", "csv")
+    assert csv.stderr.count("no trailer") == 1 and "no trailer" not in csv.stdout
+
+
+def test_every_argument_says_what_it_takes():
+    from zfsobs.cli_parser import parser
+    sub = next(a for a in parser()._actions if a.dest == "cmd")
+    bare = [f"{name} {a.dest}" for name, p in sub.choices.items() for a in p._actions
+            if not a.help and a.dest != "help"]
+    assert bare == [], bare
+    assert "vdev_queue" in sub.choices["report"].format_help()      # --section's choices

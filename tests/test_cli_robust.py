@@ -62,7 +62,7 @@ CASES = [
     ("top-tunable-without-lab", ["top", "-o", "zfs_txg_timeout=1", "--target", "libzpool"], "for the lab only", ""),
     ("top-tunable-unknown", ["top", "--lab", "-o", "zfs_txg_timeoutt=5"],
      "zfs_txg_timeoutt: not a tunable this libzpool .* did you mean zfs_txg_timeout", "ztest"),
-    ("top-tunable-negative", ["top", "--lab", "-o", "zfs_txg_timeout=-1"], "expected NAME=INTEGER", "ztest"),
+    ("top-tunable-negative", ["top", "--lab", "-o", "zfs_txg_timeout=-1"], "zfs_txg_timeout takes a whole number from 0 to 4294967295", "ztest"),
     ("top-tunable-too-big", ["top", "--lab", "-o", "zfs_txg_timeout=4294967296"], "32-bit", "ztest"),
     ("zilstat-interval-0", ["zilstat", "0"], r"interval: must be > 0: '0' \(seconds, or 'txg'\)", ""),
     ("zilstat-interval-negative", ["zilstat", "-1"], "interval: must be > 0", ""),

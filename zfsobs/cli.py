@@ -66,6 +66,7 @@ def _dispatch(args) -> int:
     cmd = args.cmd
     if getattr(args, "bpftrace", None):     # one place says which bpftrace runs: bpftrace_path
         os.environ["ZFSOBS_BPFTRACE"] = args.bpftrace
+        os.environ["ZFSOBS_BPFTRACE_GIVEN"] = "--bpftrace"      # what messages name it by
     if cmd == "record":
         # with both a command and --duration, whichever ends first stops the recording
         return _record(args)
@@ -79,9 +80,15 @@ def _dispatch(args) -> int:
         return _exporter(args)
     if cmd in ("replay", "report"):
         from zfsobs.capture import read_capture
+        if cmd == "report" and args.compare and args.format == "openmetrics":
+            raise ZfsobsError("report --compare: --format text, json or csv (OpenMetrics is a time "
+                              "series: report --format openmetrics, without --compare)")
         capture = read_capture(args.file)
-        for warning in capture.warnings:
-            print(f"zfsobs: warning: {args.file}: {warning}", file=sys.stderr)
+        # a text report and the replay's live header show them; everything else, on stderr
+        shown = args.format == "text" if cmd == "report" else sys.stdout.isatty()
+        if not shown:
+            for warning in capture.warnings:
+                print(f"zfsobs: warning: {args.file}: {warning}", file=sys.stderr)
         if cmd == "report":
             from zfsobs.views import report
             if args.compare:

@@ -126,16 +126,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=positive, metavar="S", help="stop after S seconds")
 
     p = sub.add_parser("replay", help="replay a capture through the live view")
-    p.add_argument("file")
-    p.add_argument("--speed", type=positive, default=1.0, metavar="X")
+    p.add_argument("file", help="a capture (zfsobs record -O FILE)")
+    p.add_argument("--speed", type=positive, default=1.0, metavar="X",
+                   help="X times real time (default 1; + and - change it while replaying)")
     p.add_argument("--at", metavar="WHEN", help="start there: +1h30m from the start, HH:MM[:SS] or "
                    "YYYY-MM-DD HH:MM[:SS] local time (also the g key)")
 
     p = sub.add_parser("report", help="summarise a capture")
-    p.add_argument("file")
+    p.add_argument("file", help="a capture (zfsobs record -O FILE)")
     p.add_argument("--format", choices=("text", "json", "csv", "openmetrics"), default="text",
                    help="openmetrics: timestamped, for promtool tsdb create-blocks-from openmetrics")
-    p.add_argument("--section", default="txgs", help="csv: which table (default txgs)")
+    p.add_argument("--section", default="txgs", metavar="S",
+                   help="csv: which table: txgs (the default), zil, vdev_queue or vdev_cache")
     p.add_argument("--step", type=positive, default=15.0, metavar="S",
                    help="openmetrics: one point per series every S seconds of the capture (default 15)")
     p.add_argument("--instance", help="openmetrics: the instance label (default: the capture's host)")
@@ -168,9 +170,10 @@ def parser() -> argparse.ArgumentParser:
                    "without: `set NAME=VALUE [--pid PID]` changes a tunable in the running lab (docs/tuning.md)")
 
     p = sub.add_parser("probes", help="list probe scripts, or show one rendered for a target")
-    p.add_argument("action", choices=("list", "show"))
-    p.add_argument("name", nargs="?")
-    p.add_argument("--target", metavar="T", default="libzpool")
+    p.add_argument("action", choices=("list", "show"), help="list the probes, or show one rendered")
+    p.add_argument("name", nargs="?", help="show: the probe (txg, zil, vdev_queue, vdev_cache, throttle)")
+    p.add_argument("--target", metavar="T", default="libzpool",
+                   help="show: the target to render for: kernel | libzpool (the default) | libzpool:PATH | PATH")
 
     p = sub.add_parser("doctor", help="check what can be traced here")
     _bpftrace_arg(p)

@@ -106,8 +106,11 @@ class Lab:
                         if o.partition("=")[0] not in given] + list(options or [])
         for opt in self.options:
             name, sep, value = opt.partition("=")
-            if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or not re.fullmatch(r"[0-9]+", value):
+            if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
                 raise ZfsobsError(f"lab option {opt!r}: expected NAME=INTEGER (a ZFS tunable)")
+            if not re.fullmatch(r"[0-9]+", value):
+                raise ZfsobsError(f"lab option {opt!r}: {name} takes a whole number from 0 to 4294967295 "
+                                  "(ztest sets tunables as unsigned 32-bit values)")
             if int(value) >= 1 << 32:     # ztest -o sets 32-bit globals and would truncate silently
                 raise ZfsobsError(f"lab option {opt!r}: ztest sets tunables as 32-bit values (< 4294967296)")
         self.dir = ""

@@ -80,8 +80,12 @@ def check_tracing() -> str:
     if os.geteuid() != 0:
         raise ZfsobsError("tracing needs root (BPF uprobes/kprobes): run as root or with sudo")
     path = bpftrace_path()
+    if not path and os.environ.get("ZFSOBS_BPFTRACE"):
+        named = os.environ["ZFSOBS_BPFTRACE"]
+        what = "not an executable file" if os.path.exists(named) else "not found"
+        raise ZfsobsError(f"{os.environ.get('ZFSOBS_BPFTRACE_GIVEN') or '$ZFSOBS_BPFTRACE'} {named}: {what}")
     if not path:
-        raise ZfsobsError(f"bpftrace not found{_named()}: install it (./scripts/setup, or apt-get install bpftrace)")
+        raise ZfsobsError("bpftrace not found: install it (./scripts/setup, or apt-get install bpftrace)")
     old = too_old(path, bpftrace_version(path))
     if old:
         raise ZfsobsError(old)
@@ -99,11 +103,6 @@ def bpftrace_path() -> str | None:
     if named:
         return shutil.which(named)
     return shutil.which("bpftrace")
-
-
-def _named() -> str:
-    named = os.environ.get("ZFSOBS_BPFTRACE")
-    return f" (ZFSOBS_BPFTRACE={named})" if named else ""
 
 
 def too_old(path: str, version: str) -> str:
