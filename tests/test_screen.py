@@ -115,3 +115,16 @@ def test_the_mode_line_says_only_what_is_true():
     assert "PAUSED (recording continues)" in recording and "q quit" in recording
     guest = _mode_text(Status({}, keys=False)).plain
     assert "q quit" not in guest and "Ctrl-C quits" in guest
+
+
+def test_a_quiet_throttle_says_where_delays_begin():
+    """'throttle: 0 delayed in 0 txgs' and 'delay mean 0 max 0 ms' read as a fault, and nothing said
+    what makes it move (issue 42, item 5). The 2.4.4 kernel capture's throttle delayed nothing."""
+    cap = read_capture(os.path.join(DATA, "awqset-2.4.4.cap"))
+    model = Model()
+    for ev in parse_all(cap.lines, Parser()):
+        model.feed(ev)
+    text = "\n".join(draw((model, Status(cap.meta, mode="live")), 200, 60))
+    assert "throttle: 0 delayed in 0 txgs" in text
+    assert "delays begin past zfs_delay_min_dirty_percent of zfs_dirty_data_max" in text
+    assert "delay mean" not in text
