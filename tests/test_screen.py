@@ -58,7 +58,7 @@ def test_a_tall_terminal_shows_the_tables_a_short_one_the_summaries(fed):
     assert "interval ms p50" in short and "lat p50 ms" not in short     # summary only
     # the vdev queue keeps its busiest vdevs: the header row and at least one vdev
     vq = short[short.index("─ vdev queue"):].splitlines()
-    assert "vdev (act mean" in vq[1] and "/" in vq[2]
+    assert vq[1].strip("│ ").startswith("vdev ") and "/" in vq[2]      # the legend: README
 
 
 def test_a_frame_that_had_to_step_down_makes_the_next_one_render_once(fed, monkeypatch):
@@ -128,3 +128,19 @@ def test_a_quiet_throttle_says_where_delays_begin():
     assert "throttle: 0 delayed in 0 txgs" in text
     assert "delays begin past zfs_delay_min_dirty_percent of zfs_dirty_data_max" in text
     assert "delay mean" not in text
+
+
+@pytest.mark.parametrize("width", [80, 100, 120])
+def test_vdev_names_keep_their_end_and_the_header_is_never_cut(width):
+    """At 160 columns the header read 'max/l…' and names 'zfsobs_lab_16983.13a [186…': the end that
+    tells vdevs apart was the part cut (issue 42, item 1)."""
+    cap = read_capture(os.path.join(DATA, "vdev-cache-2.1.11.cap"))
+    model = Model()
+    for ev in parse_all(cap.lines, Parser()):
+        model.feed(ev)
+    lines = draw((model, Status(cap.meta, mode="live")), width, 46)
+    start = next(i for i, line in enumerate(lines) if "─ vdev queue" in line)
+    head, *rows = [line.strip("│ ") for line in lines[start + 1:] if line.startswith("│")][:4]
+    assert head.startswith("vdev") and "…" not in head.split("syncR")[0], head
+    names = [row.split("   ")[0].strip() for row in rows]
+    assert all(re.search(r"\.\d+a \[\d+\]$", n) for n in names) and len(set(names)) == len(names), names

@@ -74,10 +74,16 @@ class Grid:
         room, parts = width - 2 * len(self.ratios), sum(self.ratios)
         widths = [room * r // parts for r in self.ratios]
         out = []
-        for cells in [[Text(h, style="bold") for h in self.heads]] + self.rows:
+        heads = [Text(h, style="bold") for h in self.heads]
+        if heads and heads[0].cell_len > widths[0]:     # the legend is README's then
+            heads[0] = Text(self.heads[0].split(" (")[0], style="bold")
+        for cells in [heads] + self.rows:
             text = Text()
-            for cell, cell_width in zip(cells, widths):
+            for i, (cell, cell_width) in enumerate(zip(cells, widths)):
                 cell = cell.copy()
+                if i == 0 and cells is not heads and cell.cell_len > cell_width > 1:
+                    # a vdev's name keeps its end (the vdev and the pid): the pool's prefix goes
+                    cell = Text("…") + cell[len(cell) - cell_width + 1:]
                 cell.truncate(cell_width, overflow="ellipsis", pad=True)
                 text.append(" ")
                 text.append_text(cell)
