@@ -182,7 +182,8 @@ def test_per_txg_rows_sum_to_the_run_totals_and_zilstat_agrees(run):
     assert header[:2] == ["txg", "pool"] and header[2:] == ["N-Bytes", "N-Bytes/s", "N-Max-Rate", "B-Bytes",
                                                              "B-Bytes/s", "B-Max-Rate", "ops", "<=4kB",
                                                              "4-32kB", ">=32kB"]
-    parsed = [dict(zip(header, l.split())) for l in lines[1:]]
+    # the header is printed again when a longer pool name widens the pool column
+    parsed = [dict(zip(header, l.split())) for l in lines[1:] if l.split()[:1] != ["txg"]]
     assert len(parsed) == len(data["txgs"])
     assert sum(int(p["N-Bytes"]) for p in parsed) == t["nused"]
     assert sum(int(p["B-Bytes"]) for p in parsed) == t["size"]
