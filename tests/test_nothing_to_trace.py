@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from zfsobs.session import zfs_here
+from zfsobs.targets.target import kernel_zfs
 
-pytestmark = pytest.mark.skipif(zfs_here(), reason="this host has ZFS in its kernel: the default target is real")
+pytestmark = pytest.mark.skipif(kernel_zfs(), reason="this host has ZFS in its kernel: the default target is real")
 
 
 @pytest.mark.parametrize("cmd", [["top"], ["top", "-s", ","], ["record", "-O", "{cap}"], ["exporter"], ["zilstat"], ["vqstat"]])

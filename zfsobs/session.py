@@ -21,7 +21,7 @@ from zfsobs.sources.selfcost import SelfCost
 from zfsobs.signals import Terminated, raise_on_termination, restore_defaults, whole
 from zfsobs.sources.dtrace import make_source
 from zfsobs.sources.bpftrace import DEFAULT_PROBES
-from zfsobs.targets.target import resolve, uses_dtrace
+from zfsobs.targets.target import kernel_zfs, resolve
 from zfsobs.views.status import Status
 from zfsobs.sources.watcher import watcher_for
 
@@ -31,11 +31,6 @@ from zfsobs.sources.watcher import watcher_for
 NOTHING_TO_TRACE = ("nothing to trace: no ZFS kernel module (/sys/module/zfs, /proc/spl/kstat/zfs) and no --target; "
                     "try --lab (a userland ZFS lab), --target libzpool:PATH (the processes running that library), "
                     "`-- COMMAND` (what it runs) or `zfsobs doctor`")
-
-
-def zfs_here() -> bool:
-    """ZFS runs in this kernel (its module, its kstats, or illumos/FreeBSD's DTrace provider)."""
-    return os.path.isdir("/sys/module/zfs") or os.path.isdir("/proc/spl/kstat/zfs") or uses_dtrace()
 
 
 BATCH_S = 0.05     # the shortest loop: a step takes every line that arrived meanwhile
@@ -90,7 +85,7 @@ class Session:
                 raise ZfsobsError("-o NAME=VALUE, --workload, --lab-time and --zfs are for the lab only (use --lab); "
                                   "zfsobs never writes tunables of a real system")
             if getattr(args, "target", None) in (None, "", "auto") and not getattr(args, "command", None) \
-                    and not zfs_here():
+                    and not kernel_zfs() and not os.path.isdir("/proc/spl/kstat/zfs"):
                 raise ZfsobsError(NOTHING_TO_TRACE)
             target = resolve(args.target)
         self.source = make_source(target, self.probes, tunables, getattr(args, "pool", None),

@@ -108,11 +108,10 @@ class Lab:
             name, sep, value = opt.partition("=")
             if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
                 raise ZfsobsError(f"lab option {opt!r}: expected NAME=INTEGER (a ZFS tunable)")
-            if not re.fullmatch(r"[0-9]+", value):
+            # ztest -o sets unsigned 32-bit globals, and would truncate a larger value silently
+            if not re.fullmatch(r"[0-9]+", value) or int(value) >= 1 << 32:
                 raise ZfsobsError(f"lab option {opt!r}: {name} takes a whole number from 0 to 4294967295 "
                                   "(ztest sets tunables as unsigned 32-bit values)")
-            if int(value) >= 1 << 32:     # ztest -o sets 32-bit globals and would truncate silently
-                raise ZfsobsError(f"lab option {opt!r}: ztest sets tunables as 32-bit values (< 4294967296)")
         self.dir = ""
         self.kept_log = ""
         self.proc: subprocess.Popen | None = None

@@ -252,10 +252,15 @@ def kernel() -> Target:
     return Target("kernel", "", version, "", btf=os.path.exists("/sys/kernel/btf/zfs"))
 
 
+def kernel_zfs() -> bool:
+    """ZFS runs in this kernel: its Linux module, or illumos/FreeBSD's (traced with DTrace)."""
+    return os.path.isdir("/sys/module/zfs") or uses_dtrace()
+
+
 def resolve(spec: str | None) -> Target:
     """--target: 'kernel', 'libzpool', 'libzpool:PATH' or a library path; default: kernel if loaded."""
     if spec in (None, "", "auto"):
-        return kernel() if os.path.isdir("/sys/module/zfs") or uses_dtrace() else libzpool()
+        return kernel() if kernel_zfs() else libzpool()
     if spec == "kernel":
         return kernel()
     if spec == "libzpool":
