@@ -7,6 +7,7 @@ from rich.console import Group
 from rich.text import Text
 
 from zfsobs import safe
+from zfsobs.model.stats import percentile
 from zfsobs.model.txg import TxgModel
 from zfsobs.views.box import Box
 from zfsobs.views.phrases import Phrases
@@ -75,8 +76,5 @@ def _pool(model: TxgModel, pool: str, nrows: int, changes, nlines: int = 2, spar
 
 
 def _p90(values: list[int]) -> int:
-    """The 90th percentile of the values (nearest rank): the bars' full scale."""
-    if not values:
-        return 0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, -(-9 * len(ordered) // 10) - 1)]
+    """The 90th percentile of the values (nearest rank, as every figure's): the bars' full scale."""
+    return percentile(values, 90) or 0
