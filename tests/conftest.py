@@ -160,12 +160,17 @@ def lab_set(zfsobs_pid: int, *assignments: str, timeout: float = 60) -> subproce
 
 def lab_run(fn):
     """For a fixture or test that runs the lab: call it again, up to LAB_ATTEMPTS times in all, if it
-    raises ZtestFailed (ztest_lived), each retry a warning in pytest's summary. A generator fixture
+    raises ZtestFailed (ztest_lived), or an AssertionError whose message says the lab's ztest failed,
+    each retry a warning in pytest's summary. A generator fixture
     is retried up to its yield; a test's tmp_path is emptied for its next attempt."""
     def attempts(call, tmp_path=None):
         for attempt in range(1, LAB_ATTEMPTS + 1):
             try:
-                return call()
+                try:
+                    return call()
+                except AssertionError as exc:
+                    ztest_lived(str(exc))       # a check that failed because ztest ended the run
+                    raise
             except ZtestFailed as exc:
                 if attempt == LAB_ATTEMPTS:
                     raise

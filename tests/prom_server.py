@@ -11,6 +11,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from conftest import ztest_lived
+
 
 def missing() -> str:
     """Why Prometheus cannot run here ('' if it can)."""
@@ -21,10 +23,13 @@ def missing() -> str:
 
 
 def wait_for(path, text, proc, timeout):
-    """Wait until file PATH holds TEXT, while PROC still runs."""
+    """Wait until file PATH holds TEXT, while PROC still runs (a lab's ztest failing raises
+    ZtestFailed, which @lab_run answers by running the lab again)."""
     deadline = time.time() + timeout
     while text not in path.read_text():
-        assert proc.poll() is None, path.read_text()[-2000:]
+        if proc.poll() is not None:
+            ztest_lived(path.read_text())
+            raise AssertionError(path.read_text()[-2000:])
         assert time.time() < deadline, f"no {text!r} in {timeout} s: {path.read_text()[-2000:]}"
         time.sleep(0.3)
 

@@ -57,6 +57,20 @@ def test_the_last_failure_is_raised_and_other_errors_are_not_retried():
     assert calls.count(2) == 1
 
 
+def test_a_check_that_failed_because_ztest_ended_the_run_is_retried():
+    calls = []
+
+    @lab_run
+    def run():
+        calls.append(1)
+        assert len(calls) > 1, ABORTED         # e.g. "zfsobs ended early" with zfsobs's stderr
+        return "done"
+
+    with pytest.warns(UserWarning, match=r"run: the lab's ztest exited with status 3.*attempt 2 of 3"):
+        assert run() == "done"
+    assert len(calls) == 2
+
+
 def test_a_generator_fixture_is_retried_up_to_its_yield_and_torn_down_once():
     log = []
 
