@@ -27,7 +27,9 @@ def render_header(model: Model, status: Status, now_ns: int | None) -> Table:
     where = safe.text(where)
     title = Text.assemble(("zfsobs ", "bold cyan"), (safe.text(meta.get("zfsobs", __version__)), "cyan"),
                           "  ", (where, "bold"))
-    grid.add_row(title, Text(safe.text(f"{meta.get('host', '')} · {meta.get('source', '')} "
+    # the demo's lab names itself: its own tunables (a small dirty limit) are what move the throttle
+    lab = "demo lab · " if (meta.get("lab") or {}).get("workload") == "demo" else ""
+    grid.add_row(title, Text(safe.text(f"{lab}{meta.get('host', '')} · {meta.get('source', '')} "
                                        f"{meta.get('bpftrace', '')}"), style="dim"))
     pools = safe.text(", ".join(sorted(model.txg.pools)) or "(none yet)")
     counts = Text.assemble(

@@ -38,12 +38,17 @@ def _pool(model: TxgModel, pool: str, nrows: int, changes, nlines: int = 2, spar
     if th:      # the write throttle (docs/txg.md): how full dirty data got, and what writers waited
         pct = th["dirty_pct"]["max"]
         style = "bold red" if th["delay_count"] else ""
+        # the limit by value (the latest txg's zfs_dirty_data_max): the demo lab's 8 MiB reads as small
+        limit = next((r for r in reversed(window) if (r.dirty_data_max or 0) > 0), None)
         phrases += [Text(f"throttle: {th['delay_count']} delayed in {th['txgs_delayed']} txgs", style=style),
-                    Text(f"dirty max {'-' if pct is None else f'{pct:.0f}'}% of max", style=style)]
+                    Text(f"dirty max {'-' if pct is None else f'{pct:.0f}'}% of "
+                         + (f"{mib(limit.dirty_data_max)} MiB" if limit else "max"), style=style)]
         # nothing delayed: say where delays begin, so a quiet throttle reads as a state, not a fault
         phrases.append(Text(f"delay mean {ms(th['delay_mean_ns'])} max {ms(th['delay_max_ns'])} ms", style=style)
                        if th["delay_count"] else
-                       Text("delays begin past zfs_delay_min_dirty_percent of zfs_dirty_data_max", style="dim"))
+                       Text("delays begin past zfs_delay_min_dirty_percent of zfs_dirty_data_max"
+                            + (f" ({limit.delay_min_pct}% of {mib(limit.dirty_data_max)} MiB)"
+                               if limit and limit.delay_min_pct is not None else ""), style="dim"))
     phrases += [f"interval ms p50 {ms(iv['p50'])}", f"dirty MiB mean {mib(dirty['mean'])}",
                 f"max {mib(dirty['max'])}"]
     line = Phrases(Text(safe.text(pool), style="bold"), phrases, max_lines=nlines)
