@@ -49,7 +49,8 @@ def _target_args(p: argparse.ArgumentParser) -> None:
                        help="kernel | libzpool | libzpool:PATH | PATH (default: kernel if loaded)")
     _tunable_arg(p, "with --lab: a ZFS tunable for the lab's ztest")
     p.add_argument("--workload", default="default", metavar="W",
-                   help="with --lab: default, or zil (one dataset, 16 KiB log blocks: a busier ZIL)")
+                   help="with --lab: default; zil (one dataset, 16 KiB log blocks: a busier ZIL); "
+                        "demo (./scripts/demo: an 8 MiB dirty limit and a vdev cache: every panel moves)")
     _zfs_arg(p, "with --lab: ")
     p.add_argument("--lab-time", type=positive, metavar="S",
                    help="with --lab: ztest runs S seconds and ends by itself, which ends the session "
@@ -147,7 +148,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("lab", help="run the userland ZFS lab (ztest) in the foreground, "
                        "or with --kernel a command in a guest with the zfs module")
     p.add_argument("--duration", type=positive, metavar="S", help="stop after S seconds")
-    p.add_argument("--workload", metavar="W", help="default, or zil (a busier ZIL); with --kernel: mix "
+    p.add_argument("--workload", metavar="W", help="default, zil (a busier ZIL) or demo (every panel moves); with --kernel: mix "
                    "(70/30 8k, the default), sync-write, random-read or none")
     _zfs_arg(p)
     _tunable_arg(p, "a ZFS tunable: for ztest, or with --kernel a zfs module parameter set at load")
