@@ -24,7 +24,7 @@ def render_header(model: Model, status: Status, now_ns: int | None) -> "Header":
     # every string here but the labels comes from the capture, the traced system or an error
     where = [Text(safe.text(f"{target.get('kind', '?')} · OpenZFS {target.get('zfs_version', '?')}"), style="bold")]
     if target.get("path"):
-        where.append(Text(safe.text(f"· {target['path']}"), style="bold"))
+        where.append(Text(safe.text(target["path"]), style="bold"))
     title = Text.assemble(("zfsobs ", "bold cyan"), (safe.text(meta.get("zfsobs", __version__)), "cyan"))
     host = [Text(safe.text(f"{meta.get('host', '')} · {meta.get('source', '')} {meta.get('bpftrace', '')}".strip()),
                  style="dim")]
