@@ -71,7 +71,7 @@ class Screen:
         tuning = [tuning] if tuning is not None else []
         marks = [c.ts for c in m.tuning.changes]
         return [Box(render_header(m, self.status, now), frame=rows.frame), *(tuning if self.changed else []),
-                render_txg(m.txg, rows.txg, marks, rows.lines, rows.spark),
+                render_txg(m.txg, rows.txg, marks, rows.lines, rows.spark, m.first_ts),
                 render_zil(m, rows.zil, now, rows.lines, rows.spark),
                 render_vq(m, rows.vq, now), render_vc(m, self.status.meta, rows.vc, now),
                 *([] if self.changed else tuning)]
