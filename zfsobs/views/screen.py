@@ -97,8 +97,9 @@ class Screen:
             blocks = self._blocks(rows)
             lines = [line for block in blocks for line in (
                 block.lines(console, opts) if isinstance(block, Box) else console.render_lines(block, opts, pad=False))]
-            # the one-line tunables list, last before any change, is cropped, not made room for
-            used = len(lines) - (1 if not self.changed and not isinstance(blocks[-1], Box) else 0)
+            # the one-line tunables list, last before any change, has room while the vdev queue can
+            # give it a row; past that (the sparklines gone) it is cropped, not made room for
+            used = len(lines) - (1 if not rows.spark and not self.changed and not isinstance(blocks[-1], Box) else 0)
             if used <= self.height:
                 break
         if self.fit is not None:
