@@ -99,12 +99,24 @@ def test_every_panel_keeps_rows_and_nothing_is_cut(fed, width, height):
 
 
 @pytest.mark.parametrize("width,height", SIZES)
-def test_the_fitted_cut_is_the_same_screen_frame_after_frame(fed, width, height):
-    """The live view's Fit starts each frame from the last one's cut: the same screen, every frame."""
+def test_the_fitted_cut_is_the_same_screen_frame_after_frame(fed, width, height, monkeypatch):
+    """The live view's Fit starts each frame from the last one's cut: the same screen, every frame,
+    and a frame after the first renders its panels once (a render is most of the view's CPU)."""
+    from zfsobs.views.screen import Screen
     model, status = fed
-    fit = Fit()
-    frames = [draw(model, status, width, height, fit) for _ in range(3)]
+    calls, real = [0], Screen._blocks
+
+    def counted(self, rows):
+        calls[0] += 1
+        return real(self, rows)
+    monkeypatch.setattr(Screen, "_blocks", counted)
+    fit, frames, renders = Fit(), [], []
+    for _ in range(3):
+        calls[0] = 0
+        frames.append(draw(model, status, width, height, fit))
+        renders.append(calls[0])
     assert frames[0] == frames[1] == frames[2]
+    assert renders[1:] == [1, 1], renders
 
 
 def with_pools(names: tuple[str, ...]) -> Model:
@@ -137,3 +149,8 @@ def test_several_pools_keep_their_tables_and_fill_the_screen(suffixes):
         assert sum(bool(re.search(r"\btxg +(pid +)?sync ms +interval ms\b", ln)) for ln in shown["txg sync"]) == n, screen
         assert sum(bool(re.search(r"\btxg +sync ms +commits\b", ln)) for ln in shown["ZIL"]) == n, screen
         assert not cuts(lines), cuts(lines)
+    # the pools gone (the same Fit, a screen much shorter than the cut was made for): the frame
+    # after the next is the full one, not the remembered cut with blank rows below
+    alone = with_pools(())
+    draw(alone, status, 160, 50, fit)
+    assert draw(alone, status, 160, 50, fit) == draw(alone, status, 160, 50)

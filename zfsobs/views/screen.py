@@ -42,6 +42,7 @@ class Fit:
     def __init__(self):
         self.key: tuple | None = None
         self.rows: Rows | None = None
+        self.used = 0           # the screen's lines when the ladder stepped down to `rows`
 
 
 def render_screen(model: Model, status: Status, height: int, now_ns: int | None = None,
@@ -103,10 +104,18 @@ class Screen:
             if used <= self.height:
                 break
         if self.fit is not None:
-            # keep a cut that fitted snugly; with room to spare, the next frame tries the full rows again
-            snug = rows != self.rows and used >= self.height - 2      # or the most it could cut
-            self.fit.key, self.fit.rows = key, rows if snug else None
+            self._remember(key, rows, used, fit is not None and rows == fit.rows)
         return lines[:max(1, self.height)]
+
+    def _remember(self, key: tuple, rows: Rows, used: int, as_remembered: bool) -> None:
+        """The cut the ladder stepped down to is the next frame's start (the least cut that fits:
+        a step can free more lines than it had to). A remembered cut that fitted as it was is kept
+        while the screen is within 2 lines of what it was; shorter, the next frame tries the full rows."""
+        fit = self.fit
+        if rows == self.rows or (as_remembered and used < fit.used - 2):
+            fit.key, fit.rows = key, None
+        elif not as_remembered:
+            fit.key, fit.rows, fit.used = key, rows, used
 
 
 def _fewer_vdevs(rows: Rows, over: int, pools: tuple[int, int]) -> Rows:
