@@ -64,29 +64,6 @@ def test_a_tall_terminal_shows_everything_a_short_one_the_tables_first(fed):
     assert vq[1].strip("│ ").startswith("vdev ") and "/" in vq[2]      # the legend: README
 
 
-def test_a_frame_that_had_to_step_down_makes_the_next_one_render_once(fed, monkeypatch):
-    """The live view keeps a Fit: the cut that fitted is where the next frame starts (a render is
-    most of its CPU), and the screen is the same."""
-    from zfsobs.views.screen import Fit, Screen
-    model, status = fed
-    calls = [0]
-    real = Screen._blocks
-
-    def counted(self, rows):
-        calls[0] += 1
-        return real(self, rows)
-    monkeypatch.setattr(Screen, "_blocks", counted)
-    fit, frames, renders = Fit(), [], []
-    for _ in range(3):
-        calls[0] = 0
-        console = Console(record=True, width=80, height=24, file=open(os.devnull, "w"))
-        console.print(render_screen(model, status, 24, model.last_ts, fit))
-        frames.append(console.export_text())
-        renders.append(calls[0])
-    assert renders[0] >= 2 and renders[1:] == [1, 1], renders
-    assert frames[0] == frames[1] == frames[2]
-
-
 @pytest.mark.parametrize("width", [80, 100, 120, 200])
 def test_a_narrow_terminal_drops_minor_columns_instead_of_cutting_every_one(fed, width):
     text = "\n".join(draw(fed, width, 70))
