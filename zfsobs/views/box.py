@@ -15,8 +15,9 @@ BORDER = Style()
 
 
 class Box:
-    def __init__(self, renderable, title: str = "", title_align: str = "center"):
-        self.renderable, self.title, self.title_align = renderable, title, title_align
+    """`frame` False: the content's lines alone, one space in from each side (a short terminal's header)."""
+    def __init__(self, renderable, title: str = "", title_align: str = "center", frame: bool = True):
+        self.renderable, self.title, self.title_align, self.frame = renderable, title, title_align, frame
 
     def __rich_console__(self, console, options):
         yield from as_segments(self.lines(console, options))
@@ -26,6 +27,9 @@ class Box:
         width = options.max_width
         inner = options.update(width=max(1, width - 4), height=None)
         left, right = Segment("│ ", BORDER), Segment(" │", BORDER)
+        if not self.frame:
+            left, right = Segment("  "), Segment("  ")
+            return [[left, *line, right] for line in content_lines(console, self.renderable, inner)]
         return [[Segment(self._top(width), BORDER)],
                 *([left, *line, right] for line in content_lines(console, self.renderable, inner)),
                 [Segment("╰" + "─" * (width - 2) + "╯", BORDER)]]

@@ -5,6 +5,7 @@ import sys
 
 from zfsobs import safe
 from zfsobs.events import Event
+from zfsobs.views.name_column import NameColumn
 from zfsobs.views.units import wallclock
 
 COLUMNS = ("time", "pool", "txg", "sync_ms", "interval_ms", "dirty_MiB", "open_ms", "quiesce_ms",
@@ -17,12 +18,12 @@ class TxgLines:
         self.out = out or sys.stdout
         self.sep = sep
         self._header = False
-        self.pool_width = 12        # the longest pool name printed so far, at least 12
+        self.pools = NameColumn(12)
 
     def _fmt(self, values) -> str:
         if self.sep is not None:
             return self.sep.join(values)
-        widths = (12, self.pool_width, 10, 9, 12, 10, 9, 11, 9)
+        widths = (12, self.pools.width, 10, 9, 12, 10, 9, 11, 9)
         return " ".join(v.rjust(w) if i > 1 else v.ljust(w) for i, (v, w) in enumerate(zip(values, widths)))
 
     def __call__(self, ev: Event) -> None:
@@ -30,9 +31,8 @@ class TxgLines:
             return
         f = ev.fields
         pool = safe.text(f["pool"])
-        if self.sep is None and len(pool) > self.pool_width:
-            # a longer name widens the pool column, and the header comes again over the new columns
-            self.pool_width, self._header = len(pool), False
+        if self.sep is None and self.pools.widen([pool]):
+            self._header = False        # the header again, over the wider column
         if not self._header:
             self.out.write(self._fmt(COLUMNS) + "\n")
             self._header = True

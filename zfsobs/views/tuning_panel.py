@@ -16,6 +16,7 @@ from zfsobs.model.segments import SETTLE_NS, between, compare, last_known, windo
 from zfsobs.model.vdev_queue import CLASSES
 from zfsobs.views import metrics
 from zfsobs.views.box import Box
+from zfsobs.views.phrases import Phrases
 from zfsobs.views.units import NumericTable, marked_sparkline, wallclock
 
 SPARK = 24          # samples shown: up to half before the change, the rest the latest after it
@@ -30,14 +31,16 @@ def height(model: Model, rows: int = MAX_ROWS) -> int:
 
 
 def render_tuning(model: Model, meta: dict, rows: int, now_ns: int | None):
-    """A Box, a one-line Text, or None (no tunables watched)."""
+    """A Box, a one-line Phrases, or None (no tunables watched)."""
     tuning = model.tuning
     change = tuning.latest
     if change is None:
         if not tuning.initial:
             return None
-        values = safe.text(" ".join(f"{k}={v}" for k, v in sorted(tuning.initial.items())))
-        return Text(f"tunables (no change yet): {values}", style="dim", no_wrap=True, overflow="ellipsis")
+        # one line: the tunables that do not fit are left out, never one cut
+        return Phrases(Text("tunables (no change yet):", style="dim"),
+                       [Text(safe.text(f"{k}={v}"), style="dim") for k, v in sorted(tuning.initial.items())],
+                       sep=" ", max_lines=1)
     now = max(now_ns if now_ns is not None else model.last_ts or 0, change.ts)
     group = tuning.opened_at(change.ts)
     earlier = [c.ts for c in tuning.changes if c.ts < change.ts]
@@ -51,10 +54,11 @@ def render_tuning(model: Model, meta: dict, rows: int, now_ns: int | None):
     names = [c.name for c in group]
     keys = sorted(diff, key=lambda k: (not any(related(n, k[1]) for n in names),
                                        -_effect(diff[k]["ratio_mean"]), order(k)))[:min(rows, MAX_ROWS)]
-    head = Text.assemble((wallclock(meta, change.ts), "bold"), "  ",
-                         *[part for c in group for part in ((safe.text(c.name), "bold yellow"), safe.text(f" {c.old} → {c.new}  "))],
-                         (f"{(now - change.ts) / 1e9:.1f} s ago", "bold"),
-                         (f"   before: {(change.ts - start) / 1e9:.0f} s up to it, after: since it", "dim"))
+    head = Phrases(Text(wallclock(meta, change.ts), style="bold"),
+                   [*(Text.assemble((safe.text(c.name), "bold yellow"), safe.text(f" {c.old} → {c.new}")) for c in group),
+                    Text(f"{(now - change.ts) / 1e9:.1f} s ago", style="bold"),
+                    Text(f" before: {(change.ts - start) / 1e9:.0f} s up to it, after: since it", style="dim")],
+                   max_lines=1 if rows <= 1 else 2)       # a short terminal: the change, not the windows
     pools = {k[0] for k in keys}
     rows, sparks = [], []
     for key in keys:

@@ -1,5 +1,5 @@
 """The txg panel: per pool, the latest txgs (sync time, interval, dirty data, the write throttle,
-state times) and sync-time statistics over the last minute, with a sparkline of recent sync times on which the
+state times) and sync-time statistics over the last minute (or the part of it the model holds), with a sparkline of recent sync times on which the
 first txg after each tunable change is marked."""
 from __future__ import annotations
 
@@ -9,30 +9,37 @@ from rich.text import Text
 from zfsobs import safe
 from zfsobs.model.stats import percentile
 from zfsobs.model.txg import TxgModel
+from zfsobs.model import txg as txg_model
 from zfsobs.views.box import Box
 from zfsobs.views.phrases import Phrases
 from zfsobs.views.units import Tail, marked_sparkline, mib, ms, NumericTable
+from zfsobs.views.window import label as window_label
 
 BAR_WIDTH = 24
 
 
-def render_txg(model: TxgModel, rows_per_pool: int, changes: list[int] = (), lines: int = 2, spark: bool = True) -> Box:
+def render_txg(model: TxgModel, rows_per_pool: int, changes: list[int] = (), lines: int = 2, spark: bool = True,
+               since: int | None = None) -> Box:
     """`rows_per_pool` 0: the summary lines only. `changes`: monotonic ns of tunable changes, marked on the
-    sparkline. `lines`: the summary's most lines (its last phrases go first); `spark` False: no sparkline."""
+    sparkline. `lines`: the summary's most lines (its last phrases go first); `spark` False: no sparkline.
+    `since`: the model's first event (the window label says the part of the minute after it)."""
     if not model.pools:
         return Box(Text("waiting for the first txg sync…", style="dim"), title="txg sync")
     parts = []
     for pool in sorted(model.pools):
-        parts.extend(_pool(model, pool, rows_per_pool, changes, lines, spark))
+        parts.extend(_pool(model, pool, rows_per_pool, changes, lines, spark, since))
     return Box(Group(*parts), title="txg sync", title_align="left")
 
 
-def _pool(model: TxgModel, pool: str, nrows: int, changes, nlines: int = 2, spark_on: bool = True) -> list:
+def _pool(model: TxgModel, pool: str, nrows: int, changes, nlines: int = 2, spark_on: bool = True,
+          since: int | None = None) -> list:
     held = model.pools[pool]
     window = held.window()
     st = model.stats(pool, window)
     s, iv, dirty = st["sync_ns"], st["interval_ns"], st["dirty_bytes"]
-    phrases = [f"last 60 s: {st['txgs']} txgs", f"sync ms p50 {ms(s['p50'])}", f"p99 {ms(s['p99'])}",
+    # the window counts back from the newest row's start (model/txg.py); the view holds what came since its first event
+    span = window_label(txg_model.WINDOW_NS, held.rows[-1].start_ns, since)
+    phrases = [f"{span}: {st['txgs']} txgs", f"sync ms p50 {ms(s['p50'])}", f"p99 {ms(s['p99'])}",
                f"max {ms(s['max'])}"]
     th = st["throttle"]
     if th:      # the write throttle (docs/txg.md): how full dirty data got, and what writers waited

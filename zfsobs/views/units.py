@@ -73,7 +73,8 @@ class NumericTable:
     cell; spare width is spread over the columns (like an expanding rich Table). On a terminal too
     narrow for every column, the columns in `drop` go first, in that order, instead of every column
     being cut short. `last`: (header, [Text per row]) for a free-width column at the end (the txg
-    bars, the tuning sparklines)."""
+    bars, the tuning sparklines); where its header does not fit, it loses its note in parentheses,
+    then its last words."""
 
     def __init__(self, headers, rows: list[list], last=None, drop=(), left=()):
         self.headers, self.rows, self.last, self.drop = list(headers), rows, last, drop
@@ -115,5 +116,11 @@ class NumericTable:
             return text
 
         out = [line(self.headers, self.headers, Text(self.last[0], style="bold") if self.last else None, "bold")]
+        if self.last and out[0].cell_len > width:
+            # the free column's header gives up its note in parentheses, then its last words: never cut in one
+            words = self.last[0].split(" (")[0].split(" ")
+            while len(words) > 1 and line(self.headers, self.headers, Text(" ".join(words))).cell_len > width:
+                words.pop()
+            out[0] = line(self.headers, self.headers, Text(" ".join(words), style="bold"), "bold")
         out += [line(r, texts, self.last[1][n] if self.last else None) for n, (r, texts) in enumerate(zip(self.rows, plain))]
         return [fitted(console, text, width) for text in out]

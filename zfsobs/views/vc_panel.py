@@ -15,6 +15,7 @@ from zfsobs.model.vdev_cache import derive
 from zfsobs.views.box import Box
 from zfsobs.views.na import blank
 from zfsobs.views.na import unavailable as na_fields
+from zfsobs.views.phrases import Phrases
 from zfsobs.views.units import NumericTable, size
 
 WINDOW_S = 1.0
@@ -26,13 +27,15 @@ STYLE = {"active": "bold green", "disabled": "yellow", "absent": "dim", "unknown
 def render_vc(model: Model, meta: dict, rows: int, now_ns: int | None) -> Box:
     unavailable = meta.get("unavailable", {}).get("vdev_cache")
     state, why = model.vc.state(unavailable)
-    head = Text.assemble((f"{state}: ", STYLE[state]), (safe.text(why), "dim" if state != "active" else ""))
+    # the state and why, in phrases ("; " parts them): a short terminal keeps the first line
+    words = safe.text(why).split("; ")
+    style = "dim" if state != "active" else ""
+    head = Phrases(None, [Text.assemble((f"{state}: ", STYLE[state]), (words[0], style)),
+                          *(Text(w, style=style) for w in words[1:])], sep="; ", max_lines=1 if rows <= 0 else 2)
     title = "vdev_cache"
     if state != "active":
         if "vdev_cache" not in model.probes and not unavailable and state == "unknown":
-            head = Text("vdev_cache probe not running (see the status line)", style="dim")
-        if rows <= 0:             # a short terminal: the state on one line
-            head.no_wrap, head.overflow = True, "ellipsis"
+            head = Phrases(None, [Text("vdev_cache probe not running (see the status line)", style="dim")])
         return Box(head, title=title, title_align="left")
     end = now_ns if now_ns is not None else model.vc.last_ts
     t0 = end - int(WINDOW_S * 1e9)
@@ -48,7 +51,8 @@ def render_vc(model: Model, meta: dict, rows: int, now_ns: int | None) -> Box:
             lines.append(_cells("  " + os.path.basename(v.path), blank(derive(w), na)))
     table = NumericTable(COLUMNS, lines, drop=("all reads: device/asked", "asked (cached)", "declined/s",
                                               "device (fills)", "miss/s"), left=(COLUMNS[0],))
-    return Box(Group(head, table), title=f"{title}, last {WINDOW_S:g} s", title_align="left")
+    # a short terminal (rows 0): the pools' lines say it is active; the settings go
+    return Box(Group(*([head] if rows > 0 else []), table), title=f"{title}, last {WINDOW_S:g} s", title_align="left")
 
 
 def _cells(name: str, d: dict, bold: bool = False) -> list:

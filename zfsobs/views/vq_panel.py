@@ -61,7 +61,8 @@ def render_vq(model: Model, rows: int, now_ns: int | None) -> Box:
 
 class Grid:
     """Rows of styled cells in columns sized by ratio, as lines of one Text (a rich Table renders
-    every cell on its own: most of the panel's time)."""
+    every cell on its own: most of the panel's time). A cell is a Text, or a tuple of its forms,
+    fullest first: the first that fits its column is shown (a narrow one loses the bar, not digits)."""
 
     def __init__(self, heads: list[str], rows: list[list[Text]], ratios: list[int]):
         self.heads, self.rows, self.ratios = heads, rows, ratios
@@ -80,10 +81,12 @@ class Grid:
         for cells in [heads] + self.rows:
             text = Text()
             for i, (cell, cell_width) in enumerate(zip(cells, widths)):
-                cell = cell.copy()
+                cell = (cell[0] if isinstance(cell, tuple) else cell).copy()
                 if i == 0 and cells is not heads and cell.cell_len > cell_width > 1:
                     # a vdev's name keeps its end (the vdev and the pid): the pool's prefix goes
                     cell = Text("…") + cell[len(cell) - cell_width + 1:]
+                if isinstance(cells[i], tuple):     # a cell's forms, fullest first: the first that fits
+                    cell = next((c for c in cells[i] if c.cell_len <= cell_width), cells[i][-1]).copy()
                 cell.truncate(cell_width, overflow="ellipsis", pad=True)
                 text.append(" ")
                 text.append_text(cell)
@@ -96,13 +99,15 @@ def _busy(cells: dict) -> float:
     return sum(w["act_mean"] + w["pend_mean"] for w, _ in cells.values())
 
 
-def _cell(item) -> Text:
+def _cell(item) -> tuple[Text, ...]:
+    """The cell's forms, fullest first: with the bar, without it, then without the pending I/Os."""
     if item is None:
-        return Text("")
+        return (Text(""),)
     w, limit = item
     w = {k: max(0, v) for k, v in w.items()}      # a hair below 0 is rounding, not a real depth
     full = limit is not None and w["act_max"] >= limit > 0
-    return Text.assemble(
-        (f"{w['act_mean']:4.1f}", "bold"), ("▕", "dim"), (bar(w["act_mean"], limit), "green"), ("▏", "dim"),
-        (f"{w['act_max']}", "bold red" if full else ""), (f"/{limit if limit is not None else '?'}", "dim"),
-        (f"  p {w['pend_mean']:.1f}/{w['pend_max']}", "yellow" if w["pend_max"] else "dim"))
+    mean = (f"{w['act_mean']:4.1f}", "bold")
+    top = ((f"{w['act_max']}", "bold red" if full else ""), (f"/{limit if limit is not None else '?'}", "dim"))
+    pend = (f"  p {w['pend_mean']:.1f}/{w['pend_max']}", "yellow" if w["pend_max"] else "dim")
+    return (Text.assemble(mean, ("▕", "dim"), (bar(w["act_mean"], limit), "green"), ("▏", "dim"), *top, pend),
+            Text.assemble(mean, " ", *top, pend), Text.assemble(mean, " ", *top))

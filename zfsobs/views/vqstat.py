@@ -13,6 +13,7 @@ from collections import defaultdict
 
 from zfsobs import safe
 from zfsobs.model import Model
+from zfsobs.views.name_column import NameColumn
 from zfsobs.views.units import wallclock
 
 GRACE_NS = 10**9      # an interval is printed once every busy vdev has sent a line after it
@@ -34,7 +35,7 @@ class Vqstat:
         self.timestamps = timestamps
         self.out = out or sys.stdout
         self.printed = 0
-        self.name_width = 24        # the pool/vdev column: the longest name printed so far, at least 24
+        self.names = NameColumn(24)     # the pool/vdev column
         self.start_ns: int | None = None
 
     @property
@@ -44,7 +45,7 @@ class Vqstat:
     def header(self) -> str:
         top = " ".join(name.center(13) for name, _ in QUEUES)
         sub = " ".join(f"{'pend':>6} {'activ':>6}" for _ in QUEUES)
-        lead = ("time".ljust(13) if self.timestamps else "") + "pool/vdev".ljust(self.name_width)
+        lead = ("time".ljust(13) if self.timestamps else "") + "pool/vdev".ljust(self.names.width)
         return f"{'':{len(lead)}} {top}\n{lead} {sub}"
 
     def on_tick(self, now_ns: int | None = None) -> bool:
@@ -84,10 +85,8 @@ class Vqstat:
             if self.verbose:
                 for key in sorted(k for k in vdevs if k[0] == pool):
                     out.append(("  " + os.path.basename(key[1]) + (f" [{key[2]}]" if key[2] else ""), vdevs[key]))
-        # the name column fits the longest name printed so far; widening it repeats the header
-        longest = max(len(safe.text(name)) for name, _ in out)
-        if self.printed == 0 or self.verbose or longest > self.name_width:
-            self.name_width = max(self.name_width, longest)
+        # the header over each -v block, and again over a wider name column
+        if self.names.widen([safe.text(name) for name, _ in out]) or self.printed == 0 or self.verbose:
             self.out.write(self.header() + "\n")
         for name, cells in out:
             self.out.write(stamp + self._line(name, cells) + "\n")
@@ -98,4 +97,4 @@ class Vqstat:
         fmt = (lambda v: f"{v:6.0f}") if self.peak else (lambda v: f"{v:6.2f}")
         values = " ".join(f"{fmt(cells[c][0])} {fmt(cells[c][1])}" if c in cells else f"{0:6} {0:6}"
                           for _, c in QUEUES)
-        return f"{safe.text(name):<{self.name_width}} {values}"
+        return f"{safe.text(name):<{self.names.width}} {values}"

@@ -1,6 +1,6 @@
-"""The ZIL panel: per pool, commits and commit latency over the last minute with a small latency
-histogram, log bytes/s now and its max 1-second rate, and the latest txgs with ZIL activity
-joined with their sync time from the txg panel."""
+"""The ZIL panel: per pool, commits and commit latency over the last minute (or the part of it the
+model holds) with a small latency histogram, log bytes/s now and its max 1-second rate, and the
+latest txgs with ZIL activity joined with their sync time from the txg panel."""
 from __future__ import annotations
 
 from rich.console import Group
@@ -13,6 +13,7 @@ from zfsobs.views.box import Box
 from zfsobs.views.na import blank, unavailable
 from zfsobs.views.phrases import Phrases
 from zfsobs.views.units import ms, NumericTable, size, sparkline
+from zfsobs.views.window import label as window_label
 
 WINDOW_NS = 60 * 10**9
 RATE_NS = 5 * 10**9
@@ -44,7 +45,7 @@ def _pool(model: Model, pool: str, nrows: int, now: int, nlines: int = 2, hist_o
     latency = ["latency -"] if "lat_ns" in na else [
         f"latency ms p50 ≤{ms(st['lat_p50_ns'], 3)}", f"p99 ≤{ms(st['lat_p99_ns'], 3)}", f"max {ms(st['lat_max_ns'], 3)}"]
     line = Phrases(Text(safe.text(pool), style="bold"),
-                   [f"last 60 s: {st['commits']} commits", *latency, f"N-Bytes/s {size(int(rate))}",
+                   [f"{window_label(WINDOW_NS, now, model.first_ts)}: {st['commits']} commits", *latency, f"N-Bytes/s {size(int(rate))}",
                     f"max {size(int(top))}/s"], max_lines=nlines)
     parts = [line]
     hist = _histogram(st["lat_hist"] or []) if hist_on else None

@@ -19,6 +19,7 @@ from zfsobs import safe
 from zfsobs.events import Event
 from zfsobs.model import Model
 from zfsobs.views.na import unavailable
+from zfsobs.views.name_column import NameColumn
 from zfsobs.views.units import wallclock
 
 COLUMNS = ("N-Bytes", "N-Bytes/s", "N-Max-Rate", "B-Bytes", "B-Bytes/s", "B-Max-Rate", "ops", "<=4kB",
@@ -44,7 +45,7 @@ class Zilstat:
         self.printed = 0
         self.start_ns: int | None = None
         self._since_header = None
-        self.pool_width = 12        # the pool column: the longest pool name printed so far, at least 12
+        self.pools = NameColumn(12)     # txg mode's pool column
         self._last_final: dict[str, int] = {}
         self._pending: list[Event] = []
         self._taken: dict[str, int] = {}                 # per pool: flow entries taken so far
@@ -67,16 +68,15 @@ class Zilstat:
     def _row(self, lead: list[str], values: list[str]) -> str:
         widths = [12] * len(lead)
         if self._pooled():
-            widths[-1] = self.pool_width
+            widths[-1] = self.pools.width
         left = " ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(lead, widths)))
         right = " ".join(v.rjust(10 if i < 6 else 6) for i, v in enumerate(values))
         return (left + " " if left else "") + right
 
     def _emit(self, lead: list[str], nbytes: int, bbytes: int, seconds: float, nmax: float, bmax: float,
               counts: Counter) -> None:
-        if self._pooled() and len(lead[-1]) > self.pool_width:
-            # a longer name widens the pool column, and the header comes again over the new columns
-            self.pool_width, self._since_header = len(lead[-1]), None
+        if self._pooled() and self.pools.widen([lead[-1]]):
+            self._since_header = None       # the header again, over the wider column
         if self._since_header is None or (self.header_every and self._since_header >= self.header_every):
             self.out.write(self.header() + "\n")
             self._since_header = 0
