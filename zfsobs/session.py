@@ -24,6 +24,7 @@ from zfsobs.sources.bpftrace import DEFAULT_PROBES
 from zfsobs.targets.target import kernel_zfs, resolve
 from zfsobs.views.status import Status
 from zfsobs.sources.watcher import watcher_for
+from zfsobs.sources.window import Window
 
 
 # No target given and no ZFS in this kernel: the default target (the system's libzpool, which no
@@ -50,6 +51,7 @@ class Session:
         self.capture: CaptureWriter | None = None
         self.command: subprocess.Popen | None = None
         self.pending: list[str] = []
+        self.window: Window | None = None    # the span every probe records (zfsobs/sources/window.py)
         self.reason = ""
         self.skipped = 0            # runs of the probes' programs the kernel skipped (read at the stop)
         self.error = ""      # the exception that ended the session, if one did (the trailer's `error`)
@@ -120,7 +122,7 @@ class Session:
                 self.stack.callback(self._close_capture)
             self.status.recording = args.record
         self.pipeline = Pipeline(self.source, self.model, self.status, self.capture, pools=pools,
-                                 pool_prefixes=prefixes, watcher=self.watcher)
+                                 pool_prefixes=prefixes, watcher=self.watcher, window_ns=self.window.start_ns)
         if getattr(args, "command", None):
             with whole():
                 try:     # SIGTERM when zfsobs dies, as its stop sends first: the command may clean up
@@ -130,8 +132,12 @@ class Session:
                 self.stack.callback(self._stop_command)
 
     def _wait_attached(self) -> None:
+        """Until every probe has attached; the window starts there (zfsobs/sources/window.py)."""
         while not self.source.attached:
             self.pending.extend(self.source.poll(0.2))
+        self.window = Window(self.pending, self.source.meta.get("start_mono_ns"))
+        self.pending = self.window.restamped(self.pending)
+        self.source.meta["window"] = self.window.meta()
 
     def _feed_pending(self) -> None:
         """The lines read while the probes attached (their hellos): fed once, by run() or at the end."""
@@ -142,7 +148,8 @@ class Session:
 
     def run(self, on_tick: Callable[[], bool] | None = None, tick: float = 0.5) -> None:
         """Drive the pipeline; `on_tick` (the view) returns False to stop."""
-        deadline = time.monotonic() + self.args.duration if getattr(self.args, "duration", None) else None
+        # the duration is the window's: it counts from the moment every probe records
+        deadline = self.window.deadline(self.args.duration) if getattr(self.args, "duration", None) else None
         ticked = 0.0
         try:
             self._feed_pending()
@@ -203,6 +210,7 @@ class Session:
                    "reason": self.reason or "error", "events": self.pipeline.kept if self.pipeline else 0,
                    "malformed": self.pipeline.parser.malformed if self.pipeline else 0,
                    "lost": self.model.lost, "dropped_at_stop": self.source.dropped_at_stop,
+                   "before_window": self.pipeline.before_window if self.pipeline else 0,
                    "cost": self.cost.totals()}
         if self.error:
             trailer["error"] = self.error

@@ -26,6 +26,7 @@ from zfsobs.targets.target import Target
 from zfsobs.sources.d_slots import DSlots, DumpTotals, dump_totals, wanted as slot_totals
 from zfsobs.sources.end_maps import EndMaps
 from zfsobs.sources.vq_dumps import VqDumps
+from zfsobs.sources.window import restamp, ts_of
 
 _LOST_RE = re.compile(r"^Lost (\d+) events")     # stdout up to bpftrace 0.23, stderr from 0.24
 # bpftrace chatter on stderr that is not an error on these machines ("Attached N probes": 0.24+).
@@ -155,14 +156,6 @@ def _first_line(text: str, limit: int = 80) -> str:
     return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
-def _ts(line: str) -> int | None:
-    """The timestamp of an event line, None for anything else."""
-    parts = line.split(None, 4)
-    if len(parts) >= 4 and parts[0] == "zfsobs" and parts[3].isdigit():
-        return int(parts[3])
-    return None
-
-
 class BpftraceSource:
     tracer = "bpftrace"     # in messages; DtraceSource says dtrace
     marked_stop = True      # scripts carry a stop probe (zfsobs/sources/stop_marker.py); dtrace gets SIGINT
@@ -264,8 +257,9 @@ class BpftraceSource:
 
     def _take_line(self, name: str, line: str) -> None:
         lost = self.lost_re.match(line)
-        if lost:
-            line = format_line("lost", time.monotonic_ns(), {"count": lost.group(1) or 1, "probe": name})
+        if lost:      # the window ends at the stop: a count read after it is stamped with the stop
+            now = time.monotonic_ns() if self._stop_ns is None else min(time.monotonic_ns(), self._stop_ns)
+            line = format_line("lost", now, {"count": lost.group(1) or 1, "probe": name})
         elif self._stop_ns is not None:
             self._late.setdefault(name, []).append(line)
             return
@@ -363,10 +357,13 @@ class BpftraceSource:
         """A probe's lines read after the stop: what it printed before the stop, and its END output.
         bpftrace detaches its probes one by one before END runs, and the ones still attached keep
         printing: a vdev queue counting issues with its completions detached shows thousands active.
-        END's first line (`bye`) stamps the end of that; without it only lines from before the stop count."""
-        stamps = [_ts(line) for line in late]
+        END's first line (`bye`) stamps the end of that; without it only lines from before the stop count.
+        The recording window ends at the stop (zfsobs/sources/window.py): `bye` and END's lines, what
+        the probes held then, carry the stop's time."""
+        stamps = [ts_of(line) for line in late]
         bye = max((t for line, t in zip(late, stamps) if " bye " in line and t is not None), default=None)
-        kept = [line for line, t in zip(late, stamps)
+        kept = [line if t is None or t <= self._stop_ns else restamp(line, self._stop_ns)
+                for line, t in zip(late, stamps)
                 if t is None or t <= self._stop_ns or (bye is not None and t >= bye)]
         self.dropped_at_stop += len(late) - len(kept)
         return kept
