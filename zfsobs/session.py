@@ -105,6 +105,8 @@ class Session:
         if self.lab is not None:
             self.stack.callback(self.lab.stop)
             self.lab.start()
+            # the lab's ztest ends while the tracers detach, not after them
+            self.source.on_stop = self.lab.terminate
             self.source.meta["lab"] = {"dir": self.lab.dir, "pid": self.lab.proc.pid,
                                        "pool": self.lab.pool, "options": self.lab.options,
                                        "workload": self.lab.preset, "ztest_args": self.lab.args,
@@ -198,9 +200,7 @@ class Session:
                     self.skipped += count
                     self.pipeline.feed_line(format_line("lost", time.monotonic_ns(),
                                                         {"count": count, "probe": name, "cause": "skipped"}))
-            # the lab's ztest ends while the tracers detach, not after them
-            lines = self.source.finish(then=self.lab.terminate) if self.lab else self.source.finish()
-            for line in lines:
+            for line in self.source.finish():
                 self.pipeline.feed_line(line)
         except (KeyboardInterrupt, Terminated):
             pass

@@ -2,7 +2,6 @@
 stdout; a capture is the other source (capture.read_capture). Children die with us, always."""
 from __future__ import annotations
 
-import functools
 import os
 import platform
 import re
@@ -18,15 +17,19 @@ from collections import deque
 from zfsobs import __version__
 from zfsobs.errors import ZfsobsError
 from zfsobs.events import format_line
-from zfsobs.targets.render import Rendered, render, version_tuple
+from zfsobs.targets.render import Rendered, render
 from zfsobs.procs import die_with_parent, remove_stale
 from zfsobs.signals import stop_pending, whole
 from zfsobs.sources.stop_marker import StopMarker
+from zfsobs.sources.stopping import Stopping
 from zfsobs.targets.target import Target
 from zfsobs.sources.d_slots import DSlots, DumpTotals, dump_totals, wanted as slot_totals
 from zfsobs.sources.end_maps import EndMaps
 from zfsobs.sources.vq_dumps import VqDumps
 from zfsobs.sources.window import restamp, ts_of
+# the binary's own module; its names stay importable from here (doctor, cli, tests)
+from zfsobs.sources.bpftrace_binary import (MIN_BPFTRACE, bpftrace_path, bpftrace_version,  # noqa: F401
+                                            check_tracing, run_flags, too_old)
 
 _LOST_RE = re.compile(r"^Lost (\d+) events")     # stdout up to bpftrace 0.23, stderr from 0.24
 # bpftrace chatter on stderr that is not an error on these machines ("Attached N probes": 0.24+).
@@ -57,9 +60,6 @@ if os.path.exists("/sys/kernel/btf/vmlinux"):
     _BPFTRACE_ENV.setdefault("BPFTRACE_BTF", "/sys/kernel/btf/vmlinux")
 
 
-# The oldest bpftrace the probes are tested with (Debian 12's); older ones lack what they use
-# (while loops, reg("ip") in uprobes, the casts and printf widths), and fail in ways that read badly.
-MIN_BPFTRACE = (0, 17, 0)
 POLL_S = 0.02       # how often poll() looks for lines while none have come
 PREFIX = "zfsobs-probes-"   # the rendered scripts' temp directory, removed once bpftrace has read them
 
@@ -76,88 +76,9 @@ def _child_setup() -> None:
         pass
 
 
-def check_tracing() -> str:
-    """The bpftrace binary, or a one-line reason why tracing cannot run here."""
-    if os.geteuid() != 0:
-        raise ZfsobsError("tracing needs root (BPF uprobes/kprobes): run as root or with sudo")
-    path = bpftrace_path()
-    if not path and os.environ.get("ZFSOBS_BPFTRACE"):
-        named = os.environ["ZFSOBS_BPFTRACE"]
-        what = "not an executable file" if os.path.exists(named) else "not found"
-        raise ZfsobsError(f"{os.environ.get('ZFSOBS_BPFTRACE_GIVEN') or '$ZFSOBS_BPFTRACE'} {named}: {what}")
-    if not path:
-        raise ZfsobsError("bpftrace not found: install it (./scripts/setup, or apt-get install bpftrace)")
-    old = too_old(path, bpftrace_version(path))
-    if old:
-        raise ZfsobsError(old)
-    if not os.path.exists("/sys/kernel/tracing/uprobe_events") and os.path.isdir("/sys/kernel/tracing"):
-        # Without tracefs bpftrace cannot detach cleanly; mounting it is harmless.
-        subprocess.run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"],
-                       capture_output=True, check=False)
-    return path
-
-
-def bpftrace_path() -> str | None:
-    """The bpftrace to run: $ZFSOBS_BPFTRACE (another build, e.g. scripts/bpftrace-chroot's
-    wrapper), else the one on PATH."""
-    named = os.environ.get("ZFSOBS_BPFTRACE")
-    if named:
-        return shutil.which(named)
-    return shutil.which("bpftrace")
-
-
-def too_old(path: str, version: str) -> str:
-    """Why this bpftrace cannot run the probes ('' if it can, or if its version is unreadable)."""
-    if version != "unknown" and not re.match(r"v?\d+\.\d+", version):
-        return f"{path} is not bpftrace: its --version says {version!r}"
-    if (0, 0, 0) < version_tuple(version) < MIN_BPFTRACE:
-        return (f"{path} is bpftrace {version}; the probes need {'.'.join(map(str, MIN_BPFTRACE[:2]))} "
-                "or newer (Debian 12 ships 0.17: apt-get install bpftrace)")
-    return ""
-
-
-def run_flags(version: str, kernel: bool) -> list[str]:
-    """bpftrace's flags for the probes. --no-warnings (0.17+): 0.23 prints a warning on stdout for
-    every failed map delete, and 0.27 a page of type notes. --no-feature kprobe_multi (0.23+, on the
-    kernel): from 0.26 an exact kprobe:X and kretprobe:X pair becomes one session program
-    (bpftrace#5176), and zil's and throttle's spa_sync pairs then pass the 512-byte BPF stack;
-    without kprobe_multi no pair is merged, as up to 0.25."""
-    return ["--no-warnings"] + (["--no-feature", "kprobe_multi"] if kernel and version_tuple(version) >= (0, 23, 0) else [])
-
-
-def bpftrace_version(path: str) -> str:
-    """Asked once per binary (by path and mtime): a start asked three times, 1.6 s each under TCG."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return "unknown"
-    return _version(path, st.st_mtime_ns, st.st_size)
-
-
-@functools.lru_cache(maxsize=16)
-def _version(path: str, _mtime: int, _size: int) -> str:
-    """Asked up to three times: the version picks workarounds (render.sums_need_create), and a lab
-    test once got no answer from a chroot's wrapper on a busy machine, which the cache then kept."""
-    for _ in range(3):
-        try:
-            out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
-        except OSError:
-            return "unknown"
-        except subprocess.TimeoutExpired:
-            continue
-        if out.strip():
-            return _first_line(out).replace("bpftrace ", "")
-    return "unknown"
-
-
-def _first_line(text: str, limit: int = 80) -> str:
-    """A --version answer as one line of at most `limit` characters."""
-    line = text.strip().splitlines()[0].strip()
-    return line if len(line) <= limit else line[:limit - 1] + "…"
-
-
-class BpftraceSource:
+class BpftraceSource(Stopping):
     tracer = "bpftrace"     # in messages; DtraceSource says dtrace
+    finish_timeout = 5.0    # how long finish() waits for the tracers' last lines
     marked_stop = True      # scripts carry a stop probe (zfsobs/sources/stop_marker.py); dtrace gets SIGINT
     lost_re = _LOST_RE      # what the tracer says when the kernel dropped what a probe recorded
     def __init__(self, target: Target, probes=DEFAULT_PROBES, tunables: dict | None = None):
@@ -325,11 +246,11 @@ class BpftraceSource:
     def attached(self) -> bool:
         return len(self._attached) == len(self._procs)
 
-    def finish(self, timeout: float = 5.0, then=None) -> list[str]:
+    def finish(self) -> list[str]:
         """Stop the probes and return every line they still had: what the kernel's buffers held and
         bpftrace had not printed yet (e.g. the final counts of a process that just exited). The stop
-        makes bpftrace print what is buffered, run END and exit; its pipes then reach EOF. `then`
-        (the lab's stop) runs while they detach."""
+        makes bpftrace print what is buffered, run END and exit; its pipes then reach EOF. The stop
+        hook (zfsobs/sources/stopping.py: the lab's stop) runs while they detach."""
         if self._dumps:
             # END prints no dump (it runs as probes detach): wait for the dumps of sets left after now
             # (bpftrace's clock is the monotonic one)
@@ -343,9 +264,8 @@ class BpftraceSource:
         # line a probe stamped before it saw the stop flag (zil.bt's spa_sync) is then never late
         self._ask_stop()
         self._stop_ns = time.monotonic_ns()
-        if then is not None:
-            then()
-        deadline = time.monotonic() + timeout
+        self._stopped()
+        deadline = time.monotonic() + self.finish_timeout
         for pump in self._pumps:
             pump.join(max(0.0, deadline - time.monotonic()))
         lines = self._take()

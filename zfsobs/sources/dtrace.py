@@ -20,7 +20,8 @@ from zfsobs.targets.d_render import D_DIRS, for_system, variants
 from zfsobs.targets.platforms import uses_dtrace
 from zfsobs.targets.probe_files import probes_dir
 from zfsobs.targets.render import Rendered, _header_list, header
-from zfsobs.sources.bpftrace import DEFAULT_PROBES, REQUIRED_PROBES, BpftraceSource, check_tracing
+from zfsobs.sources.bpftrace import DEFAULT_PROBES, REQUIRED_PROBES, BpftraceSource
+from zfsobs.sources.bpftrace_binary import check_tracing
 from zfsobs.targets.offsets import offsets_for
 from zfsobs.targets.target import Target
 
@@ -165,6 +166,9 @@ class DtraceSource(BpftraceSource):
     """BpftraceSource's pumps, stop handling (bye) and cleanup, around dtrace processes."""
     marked_stop = False     # dtrace is stopped by SIGINT (no libc probe in the D scripts)
     tracer = "dtrace"
+    # finish() waits longer for END: dtrace snapshots and prints its aggregations then (25 s for
+    # zil.d's under software emulation, issue 27)
+    finish_timeout = 30.0
     # "dtrace: 12 drops on CPU 0", "... dynamic variable drops", "... aggregation drops on CPU 1": a
     # record, a variable or an aggregation key the kernel had no room for; "dtrace: error on enabled
     # probe ...": a clause that stopped at a bad read (one firing's counts). On stderr.
@@ -200,11 +204,6 @@ class DtraceSource(BpftraceSource):
         if libs:
             self.meta["dtrace_libs"] = libs
         self._runtime()
-
-    def finish(self, timeout: float = 30.0, then=None) -> list[str]:
-        """As bpftrace's, with longer for END: dtrace snapshots and prints its aggregations then
-        (25 s for zil.d's under software emulation, issue 27)."""
-        return super().finish(timeout, then)
 
     def command(self, path: str) -> list[str]:
         """-Z: a probe this kernel lacks leaves its clause out (doctor names it) instead of failing;
