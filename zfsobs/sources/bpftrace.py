@@ -42,6 +42,12 @@ DEFAULT_PROBES = ("txg", "zil", "vdev_queue", "vdev_cache", "throttle")
 _DUMPS, DUMP_DRAIN_S = "zfsobs 1 vq_dump ", 5.0
 # A probe whose END prints maps for zfsobs to make its last lines of (zfsobs/sources/end_maps.py)
 _END_MAPS = "zfsobs 1 end_maps "
+# How long the stop waits, from the moment it is asked, for every tracer to detach its probes, run
+# END and exit (its pipes then end); past it one is killed. Measured on 2 cores: 1-5 s quiet, 13-18 s
+# at load 8-10 (bpftrace's uprobe detach; docs/performance.md, "Start and stop"); dtrace prints its
+# aggregations at END, 25 s for zil.d's under software emulation (issue 27). Lines come to the end
+# of it: a shorter wait in finish() only lost the last ones (bye, END's counts) while close() waited on.
+STOP_WAIT_S = 30.0
 REQUIRED_PROBES = ("txg",)     # the backbone; the others are left out where the target cannot give them
 START_TIMEOUT = float(os.environ.get("ZFSOBS_ATTACH_TIMEOUT") or 60)  # the kernel lab raises it for TCG
 # Per-CPU counter keys (the zil probe) multiply with CPUs and pools: room for 64k keys per map
@@ -78,7 +84,6 @@ def _child_setup() -> None:
 
 class BpftraceSource(Stopping):
     tracer = "bpftrace"     # in messages; DtraceSource says dtrace
-    finish_timeout = 5.0    # how long finish() waits for the tracers' last lines
     marked_stop = True      # scripts carry a stop probe (zfsobs/sources/stop_marker.py); dtrace gets SIGINT
     lost_re = _LOST_RE      # what the tracer says when the kernel dropped what a probe recorded
     def __init__(self, target: Target, probes=DEFAULT_PROBES, tunables: dict | None = None):
@@ -116,6 +121,7 @@ class BpftraceSource(Stopping):
         self._stderr: dict[str, list[str]] = {}
         self._attached: set[str] = set()
         self._stop_ns: int | None = None     # when finish() asked the probes to stop
+        self._stop_by: float | None = None   # until when the tracers may take to exit (STOP_WAIT_S)
         self._late: dict[str, list[str]] = {}
         self.dropped_at_stop = 0
         self._pumps: list[threading.Thread] = []
@@ -264,10 +270,10 @@ class BpftraceSource(Stopping):
         # line a probe stamped before it saw the stop flag (zil.bt's spa_sync) is then never late
         self._ask_stop()
         self._stop_ns = time.monotonic_ns()
+        self._stop_by = time.monotonic() + STOP_WAIT_S
         self._stopped()
-        deadline = time.monotonic() + self.finish_timeout
         for pump in self._pumps:
-            pump.join(max(0.0, deadline - time.monotonic()))
+            pump.join(max(0.0, self._stop_by - time.monotonic()))
         lines = self._take()
         for late in list(self._late.values()):
             lines += self._trusted(late)
@@ -315,11 +321,12 @@ class BpftraceSource(Stopping):
     def close(self) -> None:
         """Stop every tracer (letting it detach its probes), then clean up. One still compiling or
         attaching has printed nothing to keep, and its stop probe may not be attached: killed (its
-        perf events close with it)."""
+        perf events close with it). After finish(), what is left of its wait (STOP_WAIT_S)."""
         self._ask_stop()
         for name, proc in self._procs:
             try:
-                proc.wait(10 if name in self._attached else 0)
+                wait = 10.0 if self._stop_by is None else max(0.0, self._stop_by - time.monotonic())
+                proc.wait(wait if name in self._attached else 0)
             except subprocess.TimeoutExpired:
                 try:
                     os.killpg(proc.pid, signal.SIGKILL)

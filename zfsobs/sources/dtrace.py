@@ -166,9 +166,6 @@ class DtraceSource(BpftraceSource):
     """BpftraceSource's pumps, stop handling (bye) and cleanup, around dtrace processes."""
     marked_stop = False     # dtrace is stopped by SIGINT (no libc probe in the D scripts)
     tracer = "dtrace"
-    # finish() waits longer for END: dtrace snapshots and prints its aggregations then (25 s for
-    # zil.d's under software emulation, issue 27)
-    finish_timeout = 30.0
     # "dtrace: 12 drops on CPU 0", "... dynamic variable drops", "... aggregation drops on CPU 1": a
     # record, a variable or an aggregation key the kernel had no room for; "dtrace: error on enabled
     # probe ...": a clause that stopped at a bad read (one firing's counts). On stderr.
