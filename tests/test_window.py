@@ -6,6 +6,7 @@ there, and the probes' last lines (bye, END) carry the stop's time. No root, no 
 whose second probe attaches late on purpose."""
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -69,11 +70,16 @@ def late_session(session_with_source):
     return made
 
 
-def test_every_probe_records_the_same_window(late_session, tmp_path):
+def test_every_probe_records_the_same_window(late_session, tmp_path, capsys):
     from zfsobs import cli
     cap = str(tmp_path / "x.cap")
     duration = 2.0
     assert cli.main(["record", "-O", cap, "--target", "fake", "--duration", str(duration)]) == 0
+    # the summary says the window's length apart from the whole run's, and what was left out
+    done = capsys.readouterr().err.strip().splitlines()[-2]
+    m = re.match(r"zfsobs: recorded \d+ events .* in ([\d.]+) s \(([\d.]+) s with the probes' start and stop\) "
+                 rf"to .*; stopped: duration reached; {PRE} lines from before every probe had attached left out$", done)
+    assert m and duration <= float(m[1]) < duration + 1, done
     source = late_session[0]
     got = read_capture(cap)
     parser = Parser()

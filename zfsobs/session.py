@@ -52,6 +52,7 @@ class Session:
         self.command: subprocess.Popen | None = None
         self.pending: list[str] = []
         self.window: Window | None = None    # the span every probe records (zfsobs/sources/window.py)
+        self.stopped_ns: int | None = None   # when run() decided to stop: the window's end
         self.reason = ""
         self.skipped = 0            # runs of the probes' programs the kernel skipped (read at the stop)
         self.error = ""      # the exception that ended the session, if one did (the trailer's `error`)
@@ -185,8 +186,17 @@ class Session:
             self.reason = "interrupted (SIGINT)"
         except Terminated as exc:
             self.reason = f"terminated ({exc})"
+        self.stopped_ns = time.monotonic_ns()
         self._drain()
         self.status.message = self.reason
+
+    @property
+    def recorded_s(self) -> float:
+        """How long the window ran: from its start (every probe recording) to the stop."""
+        if self.window is None or self.stopped_ns is None:
+            return 0.0
+        start = self.window.start_ns if self.window.start_ns is not None else self.window.attached_at
+        return max(0.0, (self.stopped_ns - start) / 1e9)
 
     def _drain(self) -> None:
         """The probes' last lines into the model and capture before anything closes: a process's
