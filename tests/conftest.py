@@ -242,3 +242,26 @@ def truth_running(tmp, script: str, library: str, stop_timeout: float = 120):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 raise
+
+
+@pytest.fixture
+def session_with_source(monkeypatch):
+    """A function that makes zfsobs.session run on MAKE(target)'s source (and a watcher that reads
+    nothing): a session without root or bpftrace. It returns the target; the signal handlers the
+    session sets are restored afterwards."""
+    import signal
+    import types
+    from zfsobs import session
+    from zfsobs.targets.target import Target
+
+    def install(make):
+        target = Target("libzpool", "/fake", "2.1.11")
+        monkeypatch.setattr(session, "resolve", lambda spec: target)
+        monkeypatch.setattr(session, "make_source", lambda *a, **kw: make(target))
+        watcher = types.SimpleNamespace(names=[], poll=lambda: [], close=lambda: None)
+        monkeypatch.setattr(session, "watcher_for", lambda *a, **kw: watcher)
+        return target
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    yield install
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)

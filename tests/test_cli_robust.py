@@ -15,7 +15,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import types
 import zlib
 
 import pytest
@@ -277,21 +276,13 @@ class FakeSource:
 
 
 @pytest.fixture
-def fake_session(monkeypatch):
+def fake_session(session_with_source):
     """zfsobs.session with a fake source and watcher: a session without root or bpftrace."""
-    from zfsobs import session
-    from zfsobs.targets.target import Target
     lines = read_capture(recorded_capture()).lines
-    target = Target("libzpool", "/fake", "2.1.11")
-    source = FakeSource(target, lines, good=min(len(lines) // 2, 4000))
-    monkeypatch.setattr(session, "resolve", lambda spec: target)
-    monkeypatch.setattr(session, "make_source", lambda *a, **kw: source)
-    watcher = types.SimpleNamespace(names=[], poll=lambda: [], close=lambda: None)
-    monkeypatch.setattr(session, "watcher_for", lambda *a, **kw: watcher)
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    yield source
-    for sig, handler in handlers.items():
-        signal.signal(sig, handler)
+    made = {}
+    target = session_with_source(lambda target: made["source"])
+    made["source"] = FakeSource(target, lines, good=min(len(lines) // 2, 4000))
+    return made["source"]
 
 
 def test_an_internal_error_in_a_session_closes_its_capture(fake_session, tmp_path, capsys):

@@ -198,9 +198,12 @@ def _record(args) -> int:
         session.run(tick=0.5)
     parser = session.pipeline.parser
     txgs = sum(p.total for p in session.model.txg.pools.values())
+    # the window's length, apart from the probes' start and stop (docs/capture.md, "The recording window")
+    early = session.pipeline.before_window
     print(f"zfsobs: recorded {session.pipeline.kept} events ({txgs} txgs, {parser.malformed} malformed, "
-          f"{session.model.lost} lost) in {time.monotonic() - started:.1f} s to {args.record} "
-          f"({session.capture.bytes} bytes); stopped: {session.reason}", file=sys.stderr)
+          f"{session.model.lost} lost) in {session.recorded_s:.1f} s ({time.monotonic() - started:.1f} s with "
+          f"the probes' start and stop) to {args.record} ({session.capture.bytes} bytes); stopped: {session.reason}"
+          + (f"; {early} lines from before every probe had attached left out" if early else ""), file=sys.stderr)
     if session.source.tracer == "dtrace" and session.skipped:
         # the preemptions that skipped runs also make DTrace 2.0 block firings it counts nowhere
         print("zfsobs: note: dtrace's programs were preempted while running; DTrace 2.0 then also drops "

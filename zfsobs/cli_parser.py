@@ -16,6 +16,8 @@ DEFAULT_LISTEN = "127.0.0.1:9976"     # exporter: loopback (docs/prometheus.md: 
 
 OUTPUT_FLAGS = ("-O", "--output", "--out")
 LEGACY_OUTPUT = "record -o FILE is the old spelling of -O FILE (-o is NAME=VALUE, a lab tunable)"
+# a session's --duration: the recording window's (docs/capture.md, "The recording window")
+DURATION_HELP = "stop after S seconds of recording, counted once every probe has attached"
 
 
 def positive(text: str) -> float:
@@ -88,14 +90,14 @@ def parser() -> argparse.ArgumentParser:
     _target_args(p)
     p.add_argument("--interval", type=positive, default=1.0, metavar="S", help="refresh every S seconds (default 1)")
     _record_arg(p)
-    p.add_argument("--duration", type=positive, metavar="S", help="stop after S seconds")
+    p.add_argument("--duration", type=positive, metavar="S", help=DURATION_HELP)
     p.add_argument("-s", "--separator", metavar="SEP", help="line mode: separate columns with SEP")
 
     p = sub.add_parser("record", help="record the event stream to a capture file (-O FILE)")
     _target_args(p)
     p.add_argument(*OUTPUT_FLAGS, dest="record", required=True, metavar="FILE", help="the capture to write")
     p.add_argument("--force", action="store_true", help="overwrite an existing FILE")
-    p.add_argument("--duration", type=positive, metavar="S", help="stop after S seconds")
+    p.add_argument("--duration", type=positive, metavar="S", help=DURATION_HELP)
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ...: record until CMD exits")
 
     p = sub.add_parser("zilstat", help="ZIL traffic in zilstat's columns, per interval or per txg")
@@ -124,7 +126,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--web-config-file", metavar="FILE",
                    help="TLS and basic auth, in the Prometheus exporter-toolkit's format (docs/prometheus.md)")
     _record_arg(p)
-    p.add_argument("--duration", type=positive, metavar="S", help="stop after S seconds")
+    p.add_argument("--duration", type=positive, metavar="S", help=DURATION_HELP)
 
     p = sub.add_parser("replay", help="replay a capture through the live view")
     p.add_argument("file", help="a capture (zfsobs record -O FILE)")

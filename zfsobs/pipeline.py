@@ -13,7 +13,7 @@ from zfsobs.views.status import Status
 class Pipeline:
     def __init__(self, source, model: Model, status: Status, capture: CaptureWriter | None = None,
                  listeners: list[Callable[[Event], None]] | None = None, pools: tuple[str, ...] = (),
-                 pool_prefixes: tuple[str, ...] = (), watcher=None):
+                 pool_prefixes: tuple[str, ...] = (), watcher=None, window_ns: int | None = None):
         self.source = source
         self.watcher = watcher         # tunables (zfsobs/sources/watcher.py): a second, polled source
         self.model = model
@@ -23,7 +23,11 @@ class Pipeline:
         self.listeners = list(listeners or [])
         self.pools = tuple(pools)                  # only these pools...
         self.pool_prefixes = tuple(pool_prefixes)  # ...and pools named after these (the lab's)
-        self.kept = 0                  # events that passed the pool filter
+        self.kept = 0                  # events that passed the pool filter and the window
+        # the recording window's start (zfsobs/sources/window.py): an event stamped before it is
+        # no data of the window (a probe that attached first recorded while the others attached)
+        self.window_ns = -(1 << 63) if window_ns is None else window_ns
+        self.before_window = 0
 
     def step(self, timeout: float) -> None:
         # poll() takes lines out of the source: a stop signal raised before they are all fed would
@@ -49,6 +53,9 @@ class Pipeline:
         self.status.malformed = self.parser.malformed
         self.status.ignored = self.parser.ignored
         if ev is not None and not self._wanted(ev):
+            return
+        if ev is not None and ev.ts < self.window_ns:
+            self.before_window += 1
             return
         if self.capture is not None and is_event_line(line):
             self.capture.add(line, ev)      # malformed ones too: replay must count what live counted

@@ -24,6 +24,7 @@ from zfsobs.sources.bpftrace import DEFAULT_PROBES
 from zfsobs.targets.target import kernel_zfs, resolve
 from zfsobs.views.status import Status
 from zfsobs.sources.watcher import watcher_for
+from zfsobs.sources.window import Window
 
 
 # No target given and no ZFS in this kernel: the default target (the system's libzpool, which no
@@ -50,6 +51,8 @@ class Session:
         self.capture: CaptureWriter | None = None
         self.command: subprocess.Popen | None = None
         self.pending: list[str] = []
+        self.window: Window | None = None    # the span every probe records (zfsobs/sources/window.py)
+        self.stopped_ns: int | None = None   # when run() decided to stop: the window's end
         self.reason = ""
         self.skipped = 0            # runs of the probes' programs the kernel skipped (read at the stop)
         self.error = ""      # the exception that ended the session, if one did (the trailer's `error`)
@@ -103,6 +106,8 @@ class Session:
         if self.lab is not None:
             self.stack.callback(self.lab.stop)
             self.lab.start()
+            # the lab's ztest ends while the tracers detach, not after them
+            self.source.on_stop = self.lab.terminate
             self.source.meta["lab"] = {"dir": self.lab.dir, "pid": self.lab.proc.pid,
                                        "pool": self.lab.pool, "options": self.lab.options,
                                        "workload": self.lab.preset, "ztest_args": self.lab.args,
@@ -120,7 +125,7 @@ class Session:
                 self.stack.callback(self._close_capture)
             self.status.recording = args.record
         self.pipeline = Pipeline(self.source, self.model, self.status, self.capture, pools=pools,
-                                 pool_prefixes=prefixes, watcher=self.watcher)
+                                 pool_prefixes=prefixes, watcher=self.watcher, window_ns=self.window.start_ns)
         if getattr(args, "command", None):
             with whole():
                 try:     # SIGTERM when zfsobs dies, as its stop sends first: the command may clean up
@@ -130,8 +135,12 @@ class Session:
                 self.stack.callback(self._stop_command)
 
     def _wait_attached(self) -> None:
+        """Until every probe has attached; the window starts there (zfsobs/sources/window.py)."""
         while not self.source.attached:
             self.pending.extend(self.source.poll(0.2))
+        self.window = Window(self.pending, self.source.meta.get("start_mono_ns"))
+        self.pending = self.window.restamped(self.pending)
+        self.source.meta["window"] = self.window.meta()
 
     def _feed_pending(self) -> None:
         """The lines read while the probes attached (their hellos): fed once, by run() or at the end."""
@@ -142,7 +151,8 @@ class Session:
 
     def run(self, on_tick: Callable[[], bool] | None = None, tick: float = 0.5) -> None:
         """Drive the pipeline; `on_tick` (the view) returns False to stop."""
-        deadline = time.monotonic() + self.args.duration if getattr(self.args, "duration", None) else None
+        # the duration is the window's: it counts from the moment every probe records
+        deadline = self.window.deadline(self.args.duration) if getattr(self.args, "duration", None) else None
         ticked = 0.0
         try:
             self._feed_pending()
@@ -176,8 +186,17 @@ class Session:
             self.reason = "interrupted (SIGINT)"
         except Terminated as exc:
             self.reason = f"terminated ({exc})"
+        self.stopped_ns = time.monotonic_ns()
         self._drain()
         self.status.message = self.reason
+
+    @property
+    def recorded_s(self) -> float:
+        """How long the window ran: from its start (every probe recording) to the stop."""
+        if self.window is None or self.stopped_ns is None:
+            return 0.0
+        start = self.window.start_ns if self.window.start_ns is not None else self.window.attached_at
+        return max(0.0, (self.stopped_ns - start) / 1e9)
 
     def _drain(self) -> None:
         """The probes' last lines into the model and capture before anything closes: a process's
@@ -191,9 +210,7 @@ class Session:
                     self.skipped += count
                     self.pipeline.feed_line(format_line("lost", time.monotonic_ns(),
                                                         {"count": count, "probe": name, "cause": "skipped"}))
-            # the lab's ztest ends while the tracers detach, not after them
-            lines = self.source.finish(then=self.lab.terminate) if self.lab else self.source.finish()
-            for line in lines:
+            for line in self.source.finish():
                 self.pipeline.feed_line(line)
         except (KeyboardInterrupt, Terminated):
             pass
@@ -203,6 +220,7 @@ class Session:
                    "reason": self.reason or "error", "events": self.pipeline.kept if self.pipeline else 0,
                    "malformed": self.pipeline.parser.malformed if self.pipeline else 0,
                    "lost": self.model.lost, "dropped_at_stop": self.source.dropped_at_stop,
+                   "before_window": self.pipeline.before_window if self.pipeline else 0,
                    "cost": self.cost.totals()}
         if self.error:
             trailer["error"] = self.error

@@ -2,7 +2,6 @@
 stdout; a capture is the other source (capture.read_capture). Children die with us, always."""
 from __future__ import annotations
 
-import functools
 import os
 import platform
 import re
@@ -18,14 +17,19 @@ from collections import deque
 from zfsobs import __version__
 from zfsobs.errors import ZfsobsError
 from zfsobs.events import format_line
-from zfsobs.targets.render import Rendered, render, version_tuple
+from zfsobs.targets.render import Rendered, render
 from zfsobs.procs import die_with_parent, remove_stale
 from zfsobs.signals import stop_pending, whole
 from zfsobs.sources.stop_marker import StopMarker
+from zfsobs.sources.stopping import Stopping
 from zfsobs.targets.target import Target
 from zfsobs.sources.d_slots import DSlots, DumpTotals, dump_totals, wanted as slot_totals
 from zfsobs.sources.end_maps import EndMaps
 from zfsobs.sources.vq_dumps import VqDumps
+from zfsobs.sources.window import restamp, ts_of
+# the binary's own module; its names stay importable from here (doctor, cli, tests)
+from zfsobs.sources.bpftrace_binary import (MIN_BPFTRACE, bpftrace_path, bpftrace_version,  # noqa: F401
+                                            check_tracing, run_flags, too_old)
 
 _LOST_RE = re.compile(r"^Lost (\d+) events")     # stdout up to bpftrace 0.23, stderr from 0.24
 # bpftrace chatter on stderr that is not an error on these machines ("Attached N probes": 0.24+).
@@ -38,6 +42,12 @@ DEFAULT_PROBES = ("txg", "zil", "vdev_queue", "vdev_cache", "throttle")
 _DUMPS, DUMP_DRAIN_S = "zfsobs 1 vq_dump ", 5.0
 # A probe whose END prints maps for zfsobs to make its last lines of (zfsobs/sources/end_maps.py)
 _END_MAPS = "zfsobs 1 end_maps "
+# How long the stop waits, from the moment it is asked, for every tracer to detach its probes, run
+# END and exit (its pipes then end); past it one is killed. Measured on 2 cores: 1-5 s quiet, 13-18 s
+# at load 8-10 (bpftrace's uprobe detach; docs/performance.md, "Start and stop"); dtrace prints its
+# aggregations at END, 25 s for zil.d's under software emulation (issue 27). Lines come to the end
+# of it: a shorter wait in finish() only lost the last ones (bye, END's counts) while close() waited on.
+STOP_WAIT_S = 30.0
 REQUIRED_PROBES = ("txg",)     # the backbone; the others are left out where the target cannot give them
 START_TIMEOUT = float(os.environ.get("ZFSOBS_ATTACH_TIMEOUT") or 60)  # the kernel lab raises it for TCG
 # Per-CPU counter keys (the zil probe) multiply with CPUs and pools: room for 64k keys per map
@@ -56,9 +66,6 @@ if os.path.exists("/sys/kernel/btf/vmlinux"):
     _BPFTRACE_ENV.setdefault("BPFTRACE_BTF", "/sys/kernel/btf/vmlinux")
 
 
-# The oldest bpftrace the probes are tested with (Debian 12's); older ones lack what they use
-# (while loops, reg("ip") in uprobes, the casts and printf widths), and fail in ways that read badly.
-MIN_BPFTRACE = (0, 17, 0)
 POLL_S = 0.02       # how often poll() looks for lines while none have come
 PREFIX = "zfsobs-probes-"   # the rendered scripts' temp directory, removed once bpftrace has read them
 
@@ -75,95 +82,7 @@ def _child_setup() -> None:
         pass
 
 
-def check_tracing() -> str:
-    """The bpftrace binary, or a one-line reason why tracing cannot run here."""
-    if os.geteuid() != 0:
-        raise ZfsobsError("tracing needs root (BPF uprobes/kprobes): run as root or with sudo")
-    path = bpftrace_path()
-    if not path and os.environ.get("ZFSOBS_BPFTRACE"):
-        named = os.environ["ZFSOBS_BPFTRACE"]
-        what = "not an executable file" if os.path.exists(named) else "not found"
-        raise ZfsobsError(f"{os.environ.get('ZFSOBS_BPFTRACE_GIVEN') or '$ZFSOBS_BPFTRACE'} {named}: {what}")
-    if not path:
-        raise ZfsobsError("bpftrace not found: install it (./scripts/setup, or apt-get install bpftrace)")
-    old = too_old(path, bpftrace_version(path))
-    if old:
-        raise ZfsobsError(old)
-    if not os.path.exists("/sys/kernel/tracing/uprobe_events") and os.path.isdir("/sys/kernel/tracing"):
-        # Without tracefs bpftrace cannot detach cleanly; mounting it is harmless.
-        subprocess.run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"],
-                       capture_output=True, check=False)
-    return path
-
-
-def bpftrace_path() -> str | None:
-    """The bpftrace to run: $ZFSOBS_BPFTRACE (another build, e.g. scripts/bpftrace-chroot's
-    wrapper), else the one on PATH."""
-    named = os.environ.get("ZFSOBS_BPFTRACE")
-    if named:
-        return shutil.which(named)
-    return shutil.which("bpftrace")
-
-
-def too_old(path: str, version: str) -> str:
-    """Why this bpftrace cannot run the probes ('' if it can, or if its version is unreadable)."""
-    if version != "unknown" and not re.match(r"v?\d+\.\d+", version):
-        return f"{path} is not bpftrace: its --version says {version!r}"
-    if (0, 0, 0) < version_tuple(version) < MIN_BPFTRACE:
-        return (f"{path} is bpftrace {version}; the probes need {'.'.join(map(str, MIN_BPFTRACE[:2]))} "
-                "or newer (Debian 12 ships 0.17: apt-get install bpftrace)")
-    return ""
-
-
-def run_flags(version: str, kernel: bool) -> list[str]:
-    """bpftrace's flags for the probes. --no-warnings (0.17+): 0.23 prints a warning on stdout for
-    every failed map delete, and 0.27 a page of type notes. --no-feature kprobe_multi (0.23+, on the
-    kernel): from 0.26 an exact kprobe:X and kretprobe:X pair becomes one session program
-    (bpftrace#5176), and zil's and throttle's spa_sync pairs then pass the 512-byte BPF stack;
-    without kprobe_multi no pair is merged, as up to 0.25."""
-    return ["--no-warnings"] + (["--no-feature", "kprobe_multi"] if kernel and version_tuple(version) >= (0, 23, 0) else [])
-
-
-def bpftrace_version(path: str) -> str:
-    """Asked once per binary (by path and mtime): a start asked three times, 1.6 s each under TCG."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return "unknown"
-    return _version(path, st.st_mtime_ns, st.st_size)
-
-
-@functools.lru_cache(maxsize=16)
-def _version(path: str, _mtime: int, _size: int) -> str:
-    """Asked up to three times: the version picks workarounds (render.sums_need_create), and a lab
-    test once got no answer from a chroot's wrapper on a busy machine, which the cache then kept."""
-    for _ in range(3):
-        try:
-            out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
-        except OSError:
-            return "unknown"
-        except subprocess.TimeoutExpired:
-            continue
-        if out.strip():
-            return _first_line(out).replace("bpftrace ", "")
-    return "unknown"
-
-
-def _first_line(text: str, limit: int = 80) -> str:
-    """A --version answer as one line of at most `limit` characters."""
-    line = text.strip().splitlines()[0].strip()
-    return line if len(line) <= limit else line[:limit - 1] + "…"
-
-
-def _ts(line: str) -> int | None:
-    """The timestamp of an event line, None for anything else."""
-    parts = line.split(None, 4)
-    if len(parts) >= 4 and parts[0] == "zfsobs" and parts[3].isdigit():
-        return int(parts[3])
-    return None
-
-
-class BpftraceSource:
+class BpftraceSource(Stopping):
     tracer = "bpftrace"     # in messages; DtraceSource says dtrace
     marked_stop = True      # scripts carry a stop probe (zfsobs/sources/stop_marker.py); dtrace gets SIGINT
     lost_re = _LOST_RE      # what the tracer says when the kernel dropped what a probe recorded
@@ -202,6 +121,7 @@ class BpftraceSource:
         self._stderr: dict[str, list[str]] = {}
         self._attached: set[str] = set()
         self._stop_ns: int | None = None     # when finish() asked the probes to stop
+        self._stop_by: float | None = None   # until when the tracers may take to exit (STOP_WAIT_S)
         self._late: dict[str, list[str]] = {}
         self.dropped_at_stop = 0
         self._pumps: list[threading.Thread] = []
@@ -264,8 +184,9 @@ class BpftraceSource:
 
     def _take_line(self, name: str, line: str) -> None:
         lost = self.lost_re.match(line)
-        if lost:
-            line = format_line("lost", time.monotonic_ns(), {"count": lost.group(1) or 1, "probe": name})
+        if lost:      # the window ends at the stop: a count read after it is stamped with the stop
+            now = time.monotonic_ns() if self._stop_ns is None else min(time.monotonic_ns(), self._stop_ns)
+            line = format_line("lost", now, {"count": lost.group(1) or 1, "probe": name})
         elif self._stop_ns is not None:
             self._late.setdefault(name, []).append(line)
             return
@@ -331,11 +252,11 @@ class BpftraceSource:
     def attached(self) -> bool:
         return len(self._attached) == len(self._procs)
 
-    def finish(self, timeout: float = 5.0, then=None) -> list[str]:
+    def finish(self) -> list[str]:
         """Stop the probes and return every line they still had: what the kernel's buffers held and
         bpftrace had not printed yet (e.g. the final counts of a process that just exited). The stop
-        makes bpftrace print what is buffered, run END and exit; its pipes then reach EOF. `then`
-        (the lab's stop) runs while they detach."""
+        makes bpftrace print what is buffered, run END and exit; its pipes then reach EOF. The stop
+        hook (zfsobs/sources/stopping.py: the lab's stop) runs while they detach."""
         if self._dumps:
             # END prints no dump (it runs as probes detach): wait for the dumps of sets left after now
             # (bpftrace's clock is the monotonic one)
@@ -349,11 +270,10 @@ class BpftraceSource:
         # line a probe stamped before it saw the stop flag (zil.bt's spa_sync) is then never late
         self._ask_stop()
         self._stop_ns = time.monotonic_ns()
-        if then is not None:
-            then()
-        deadline = time.monotonic() + timeout
+        self._stop_by = time.monotonic() + STOP_WAIT_S
+        self._stopped()
         for pump in self._pumps:
-            pump.join(max(0.0, deadline - time.monotonic()))
+            pump.join(max(0.0, self._stop_by - time.monotonic()))
         lines = self._take()
         for late in list(self._late.values()):
             lines += self._trusted(late)
@@ -363,10 +283,13 @@ class BpftraceSource:
         """A probe's lines read after the stop: what it printed before the stop, and its END output.
         bpftrace detaches its probes one by one before END runs, and the ones still attached keep
         printing: a vdev queue counting issues with its completions detached shows thousands active.
-        END's first line (`bye`) stamps the end of that; without it only lines from before the stop count."""
-        stamps = [_ts(line) for line in late]
+        END's first line (`bye`) stamps the end of that; without it only lines from before the stop count.
+        The recording window ends at the stop (zfsobs/sources/window.py): `bye` and END's lines, what
+        the probes held then, carry the stop's time."""
+        stamps = [ts_of(line) for line in late]
         bye = max((t for line, t in zip(late, stamps) if " bye " in line and t is not None), default=None)
-        kept = [line for line, t in zip(late, stamps)
+        kept = [line if t is None or t <= self._stop_ns else restamp(line, self._stop_ns)
+                for line, t in zip(late, stamps)
                 if t is None or t <= self._stop_ns or (bye is not None and t >= bye)]
         self.dropped_at_stop += len(late) - len(kept)
         return kept
@@ -398,11 +321,12 @@ class BpftraceSource:
     def close(self) -> None:
         """Stop every tracer (letting it detach its probes), then clean up. One still compiling or
         attaching has printed nothing to keep, and its stop probe may not be attached: killed (its
-        perf events close with it)."""
+        perf events close with it). After finish(), what is left of its wait (STOP_WAIT_S)."""
         self._ask_stop()
         for name, proc in self._procs:
             try:
-                proc.wait(10 if name in self._attached else 0)
+                wait = 10.0 if self._stop_by is None else max(0.0, self._stop_by - time.monotonic())
+                proc.wait(wait if name in self._attached else 0)
             except subprocess.TimeoutExpired:
                 try:
                     os.killpg(proc.pid, signal.SIGKILL)

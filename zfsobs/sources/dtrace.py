@@ -20,7 +20,8 @@ from zfsobs.targets.d_render import D_DIRS, for_system, variants
 from zfsobs.targets.platforms import uses_dtrace
 from zfsobs.targets.probe_files import probes_dir
 from zfsobs.targets.render import Rendered, _header_list, header
-from zfsobs.sources.bpftrace import DEFAULT_PROBES, REQUIRED_PROBES, BpftraceSource, check_tracing
+from zfsobs.sources.bpftrace import DEFAULT_PROBES, REQUIRED_PROBES, BpftraceSource
+from zfsobs.sources.bpftrace_binary import check_tracing
 from zfsobs.targets.offsets import offsets_for
 from zfsobs.targets.target import Target
 
@@ -200,11 +201,6 @@ class DtraceSource(BpftraceSource):
         if libs:
             self.meta["dtrace_libs"] = libs
         self._runtime()
-
-    def finish(self, timeout: float = 30.0, then=None) -> list[str]:
-        """As bpftrace's, with longer for END: dtrace snapshots and prints its aggregations then
-        (25 s for zil.d's under software emulation, issue 27)."""
-        return super().finish(timeout, then)
 
     def command(self, path: str) -> list[str]:
         """-Z: a probe this kernel lacks leaves its clause out (doctor names it) instead of failing;

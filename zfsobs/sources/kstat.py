@@ -17,6 +17,7 @@ from zfsobs.events import format_line
 from zfsobs.sources.kstat_queue import NA as VQ_NA
 from zfsobs.sources.kstat_queue import SAMPLE_S, QueueSampler
 from zfsobs.signals import stop_pending
+from zfsobs.sources.stopping import Stopping
 from zfsobs.targets.target import Target
 
 READ_NS = 10**9
@@ -43,7 +44,7 @@ def _raw_to_mono(tries: int = 8) -> int:
     return best[1]
 
 
-class KstatSource:
+class KstatSource(Stopping):
     tracer = "zpool iostat"      # the one helper process (selfcost measures it)
 
     def __init__(self, target: Target, probes=("txg", "zil", "vdev_queue", "vdev_cache", "throttle"),
@@ -224,11 +225,11 @@ class KstatSource:
         self._vc_last = fields
         return [format_line("vc", time.monotonic_ns(), fields)]
 
-    def finish(self, timeout: float = 5.0, then=None) -> list[str]:
-        """A last read, and every open ZIL row as final; then `then` (as bpftrace's)."""
+    def finish(self) -> list[str]:
+        """A last read, and every open ZIL row as final; the stop hook runs after the read (as
+        bpftrace's after its stop)."""
         lines = self._read()
-        if then is not None:
-            then()
+        self._stopped()
         if self.queue is not None:
             lines += self.queue.lines()
         ts = time.monotonic_ns()
