@@ -131,7 +131,9 @@ class PoolZil:
                     self.retire(old)
                 if self.rows.get((old.pid, old.txg)) is old:
                     del self.rows[(old.pid, old.txg)]
-        if ev.get("final") != 2:       # a reprint keeps the row's time: at_sync joins it by its sync
+        if ev.get("final") == 1:       # the final lines' time is the sync's: at_sync joins it by it
+            row.last_ts = ev.ts
+        elif ev.get("final") != 2:     # a reprint keeps the row's time
             row.last_ts = max(row.last_ts, ev.ts)
         row.final = row.final or ev.get("final") in (1, 2)
         return row

@@ -25,6 +25,7 @@ from zfsobs.sources.stopping import Stopping
 from zfsobs.targets.target import Target
 from zfsobs.sources.d_slots import DSlots, DumpTotals, dump_totals, wanted as slot_totals
 from zfsobs.sources.end_maps import EndMaps
+from zfsobs.sources.set_dumps import SetDumps
 from zfsobs.sources.vq_dumps import VqDumps
 from zfsobs.sources.window import restamp, ts_of
 # the binary's own module; its names stay importable from here (doctor, cli, tests)
@@ -40,6 +41,8 @@ DEFAULT_PROBES = ("txg", "zil", "vdev_queue", "vdev_cache", "throttle")
 # the stop waits at most for dumps that cover it: a set is printed 450 ms after the probes leave it,
 # on the next 500 ms tick (~1 to 1.5 s), longer when bpftrace lags.
 _DUMPS, DUMP_DRAIN_S = "zfsobs 1 vq_dump ", 5.0
+# A probe that counts in map sets (zfsobs/sources/set_dumps.py): its dumps are waited for the same way
+_SET_DUMPS = "zfsobs 1 set_dump "
 # A probe whose END prints maps for zfsobs to make its last lines of (zfsobs/sources/end_maps.py)
 _END_MAPS = "zfsobs 1 end_maps "
 # How long the stop waits, from the moment it is asked, for every tracer to detach its probes, run
@@ -163,6 +166,8 @@ class BpftraceSource(Stopping):
         totals = DumpTotals() if dump_totals(text) else None     # D's dumps of totals
         if _DUMPS in text:
             dumps = self._dumps[name] = VqDumps()
+        elif _SET_DUMPS in text:
+            dumps = self._dumps[name] = SetDumps(name)
         elif _END_MAPS in text:
             dumps = EndMaps()
         elif slot_totals(text):

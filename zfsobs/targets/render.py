@@ -8,6 +8,8 @@ A script in probes/linux/ is written once with placeholders:
   CONST(NAME)              a flag value for this build (probes/offsets.json "constants")
   GLOBAL(symbol)           the run-time address of a ZFS global (a tunable); only in ENTRY() probes
   NCPU                     the number of possible CPUs (per-CPU counters never race)
+  ADD / TOP / EPOCH; and `// each SET in sets`   counting in map sets (zfsobs/targets/sets.py,
+                           probes/linux/sets.btm), slots from the probe's field table
   CREATE_SUM(@map[key]);   the key of a sum() map made with a 0 first, on the bpftrace versions that
                            lose a sum when another CPU made its key meanwhile; elsewhere nothing
   NAME;                    the lines between "// macro NAME" and "// end macro" (bpftrace 0.17
@@ -31,6 +33,7 @@ from zfsobs.errors import FeatureAbsent, ZfsobsError
 from zfsobs.targets.names import script_int
 from zfsobs.targets.offsets import offsets_for
 from zfsobs.targets.probe_files import probes_dir
+from zfsobs.targets.sets import expand as expand_sets, kind_of
 from zfsobs.targets.target import Target
 
 _PROBE_RE = re.compile(r"\b(ENTRY|RETURN)\((\w+)\)")
@@ -162,7 +165,7 @@ def render(name: str, target: Target, bpftrace: str = "") -> Rendered:
                           f"per-CPU counters in a loop the kernel's BPF verifier passes for at most {limit} "
                           f"(docs/performance.md, 'CPU count'); the metric cannot be traced on this machine")
     out, dropped, attached = [], [], []
-    for block in _blocks(create_sums(_expand_macros(text), bpftrace)):
+    for block in _blocks(create_sums(expand_sets(_expand_macros(text), kind_of(name)), bpftrace)):
         probe = _PROBE_RE.search(block[0]) if block else None
         if probe and probe.group(2) not in have:
             dropped.append(f"function {probe.group(2)} absent")

@@ -1,0 +1,48 @@
+"""The counter fields of the probes that count in map sets (probes/linux/sets.btm): one table per
+probe, from which the renderer makes the slot numbers the probes write (zfsobs/targets/sets.py),
+zfsobs/sources/set_dumps.py reads the dumps back, and the models and D scripts are checked
+(tests/test_fields.py). A slot is a field's index in its kind's `sums` (a sum()) or `tops` (a max());
+no slot number is written anywhere else."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ZIL_LAT_BUCKETS = 50        # commit latency: b0 < 1.024 us, then two per power of two (docs/zil.md)
+ZIL_LAT_SEGMENT = 25        # buckets per zil_lat line
+ZIL_ITX_TYPES = 25          # record types tx0..tx24 (tx0: TX_COMMIT), then txother
+THROTTLE_BINS = 6           # throttled waits by time: < 10 us, < 100 us, ... >= 100 ms
+
+
+@dataclass(frozen=True)
+class Kind:
+    probe: str
+    keys: tuple[str, str]       # what the two keys after the process are
+    sums: tuple[str, ...]       # sum() slots, in order
+    tops: tuple[str, ...]       # max() slots, in order
+
+    def slot(self, name: str) -> tuple[str, int]:
+        """('n', i) for a sum, ('x', i) for a maximum."""
+        if name in self.sums:
+            return "n", self.sums.index(name)
+        if name in self.tops:
+            return "x", self.tops.index(name)
+        raise KeyError(f"{self.probe}: no counter field {name!r}")
+
+
+ZIL_COUNTS = ("itxs", "itx_bytes", "writes", "write_bytes", "copied", "copied_bytes", "needcopy",
+              "needcopy_bytes", "indirect", "indirect_bytes", "lwbs", "nused", "size", "lwb_le4k",
+              "lwb_4to32k", "lwb_ge32k")
+ZIL_ITX = tuple(f"tx{i}" for i in range(ZIL_ITX_TYPES)) + ("txother",)
+ZIL_LAT = tuple(f"lat_b{b}" for b in range(ZIL_LAT_BUCKETS))
+ZIL = Kind("zil", ("spa", "txg"), ("commits", "lat_ns") + ZIL_COUNTS + ZIL_ITX + ZIL_LAT, ("lat_max_ns",))
+
+THROTTLE_BY_TIME = tuple(f"d{i}" for i in range(THROTTLE_BINS))
+THROTTLE = Kind("throttle", ("spa", "txg"), ("delays", "delay_ns", "waits", "wait_ns") + THROTTLE_BY_TIME,
+                ("delay_max_ns", "dirty_max"))
+
+VDEV_CACHE_COUNTS = ("reads", "read_bytes", "hits", "hit_bytes", "misses", "miss_bytes", "fill_bytes",
+                     "declined", "declined_bytes")
+VDEV_CACHE = Kind("vdev_cache", ("vd", "gen"), VDEV_CACHE_COUNTS, ())
+
+# the probes that count in map sets today (throttle and vdev_cache still sum per-CPU slots in loops)
+KINDS = {k.probe: k for k in (ZIL,)}
