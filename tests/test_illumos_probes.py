@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import dlint  # noqa: E402
 
-from zfsobs.sources import d_slots, end_maps, vq_dumps  # noqa: E402
+from zfsobs.sources import d_slots, end_maps, set_dumps, vq_dumps  # noqa: E402
 from zfsobs.targets import render as probes  # noqa: E402
 from zfsobs.events import REQUIRED, WORD_FIELDS  # noqa: E402
 
@@ -64,6 +64,10 @@ def stream_events(name: str) -> dict:
         events = {k: v for k, v in events.items() if k not in vq_dumps.OWN}
         events["bye"] = {frozenset(f - {"held"}) for f in events["bye"]}
         events.update((kind, {frozenset(fields)}) for kind, fields in vq_dumps.LINES.items())
+    if name == "zil":
+        # the map sets' dumps, made into the lines of their txgs (zfsobs/sources/set_dumps.py)
+        events = {k: v for k, v in events.items() if k not in set_dumps.OWN}
+        events.update((kind, {frozenset(fields)}) for kind, fields in set_dumps.LINES.items())
     if name == "throttle":
         # late: the .bt's line of what a txg's line missed; D's slot totals miss no count (a rise
         # after the txg's flush is a line of its own)

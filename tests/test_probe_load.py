@@ -66,29 +66,16 @@ def test_doctor_rows_say_which_probes_load_with_the_hosts_bpftrace():
 @pytest.mark.lab
 @pytest.mark.skipif(bool(lab_ready()), reason=lab_ready() or "ok")
 @pytest.mark.parametrize("suite", ["trixie", "sid"])
-def test_dry_run_loads_every_probe_and_names_a_verifier_refusal(suite, monkeypatch):
-    """--dry-run (0.22+) loads the programs into the kernel, not only compiles them: the four probes
-    rendered for the installed libzpool load, and on sid's 0.27.1 zil rendered for one CPU more than
-    its Max CPUs (zfsobs's own refusal bypassed) is refused by the kernel's verifier, with bpftrace's
-    reason, in seconds. (Debian 13's 0.23.2 loads that one and refuses zil at 300 CPUs, after 18 s;
-    0.17's refusal takes a minute of retries: tests/test_probes.py checks 0.17's limit.)"""
+def test_dry_run_loads_every_probe(suite):
+    """--dry-run (0.22+) loads the programs into the kernel, not only compiles them: every probe
+    rendered for the installed libzpool passes the verifier of this machine (zil's map sets: no loop
+    over CPUs; tests/test_probes.py checks the limits of the probes that still loop, on 0.17)."""
     from test_lab_bpftrace_versions import VERSIONS, bpftrace_for
     bpftrace = bpftrace_for(VERSIONS[suite][1])
     target = libzpool()
     items = [(render(name, target), target) for name in available()]
-    if suite == "sid":
-        monkeypatch.setattr(probes, "possible_cpus", lambda: max_cpus(source("zil")) + 1)
-        monkeypatch.setattr(probes, "max_cpus", lambda text: None)
-        items.append((render("zil", target), target))
     verdicts = probe_load.check(bpftrace, items, bpftrace_version(bpftrace))
     assert verdicts[:len(available())] == [""] * len(available()), dict(zip(available(), verdicts))
-    if suite == "sid":
-        refused = verdicts[-1]
-        # the first of zil's programs past the verifier's limits: a commit's refresh, or (since the
-        # late reprint and its deletes a sync later) spa_sync's return
-        assert refused.startswith(("ERROR: Error loading BPF program for uprobe",
-                                   "ERROR: Error loading BPF program for uretprobe")), refused
-        assert any(fn in refused for fn in ("zil_commit_impl", "spa_sync")), refused
 
 
 @pytest.mark.lab

@@ -92,32 +92,27 @@ ZIL_FUNCS = {"zil_commit_impl", "zil_itx_assign", "zil_lwb_add_block", "spa_sync
 
 
 @pytest.mark.skipif(not find_libraries(), reason="needs an installed libzpool")
-def test_zil_rendering_expands_its_flush_at_each_site_and_compiles(tmp_path):
+def test_zil_rendering_writes_its_map_sets_from_the_field_table_and_compiles(tmp_path):
+    """zil counts into bpftrace's per-CPU maps (probes/linux/sets.btm): no loop over CPUs, every
+    slot from zfsobs/fields.py, each set written out, and the stop probe has no flag to set."""
+    from zfsobs.fields import ZIL
+    from zfsobs.sources.stop_marker import StopMarker
     r = render("zil", libzpool())
     code = "\n".join(code_lines(r.text))
     assert set(r.functions) == ZIL_FUNCS and r.dropped == []
-    assert "FLUSH" not in code and "NCPU" not in code and "macro" not in r.text
-    # the macro, once per flush site: spa_sync, its reprint of a txg a count came late for, and a
-    # commit's refresh; END prints maps instead
-    assert code.count('printf("zfsobs 1 zil %llu') == 3 and "print(@zil_cnt)" in code
-    assert re.search(r"while \(\$c < \d+\)", code)
+    assert "NCPU" not in code and "while ($c" not in code and "macro" not in r.text and "SET" not in code
+    assert "ADD(" not in code and "TOP(" not in code and "EPOCH" not in code
+    assert all(f"print(@n{s})" in code and f"@x{s}[" in code for s in range(3))
+    for field in ("commits", "lwb_ge32k", "txother", "lat_max_ns"):
+        which, slot = ZIL.slot(field)
+        assert f"@{which}0[pid, $spa, $txg, (uint64){slot}]" in code, field
+    assert f"(uint64)({ZIL.slot('lat_b0')[1]} + $bucket)" in code
     assert "+ 144)" in code and "+ 148)" in code             # lwb_nused / lwb_sz of 2.1.11
+    assert code.count('printf("zfsobs 1 zil_close') == 1
     assert not any(PLACEHOLDER.search(l) for l in code_lines(r.text))
-    compiles(r.text, tmp_path)
-
-
-def test_the_stop_probe_sets_zils_stopping_flag_and_compiles(tmp_path):
-    """zfsobs's stop probe sets @stopping in a script that names it (zil.bt) before exit(): zil's
-    spa_sync then leaves the txg to END, as bpftrace drops what probes print while it detaches
-    them (docs/events.md, bye). A script without the map gets a stop probe without it."""
-    from zfsobs.sources.stop_marker import StopMarker
-    marker, zil, txg = StopMarker(), render("zil", libzpool()), render("txg", libzpool())
-    stop = marker.probe(zil.text)
-    assert stop.index("@stopping = 1;") < stop.index("exit();")
-    code = code_lines(zil.text)
-    assert code[code.index("uprobe:" + libzpool().path + ":spa_sync") + 1] == "/@stopping == 0/"
-    assert "@stopping" not in marker.probe(txg.text)
-    compiles(zil.text + stop, tmp_path)
+    stop = StopMarker().probe(r.text)
+    assert "@stopping" not in stop
+    compiles(r.text + stop, tmp_path)
 
 
 def test_zil_without_the_struct_layout_is_unavailable_not_fatal():
@@ -198,7 +193,7 @@ def limited():
 def test_a_probe_is_refused_on_more_cpus_than_its_verifier_limit(monkeypatch):
     """bpftrace would fail after seconds with 'Error loading program'; zfsobs says why, up front,
     and the session traces the other metrics without it (the probe is optional)."""
-    assert {n for n, _ in limited()} == {"zil", "vdev_cache", "throttle"}
+    assert {n for n, _ in limited()} == {"vdev_cache", "throttle"}
     target = libzpool()
     for name, limit in limited():
         monkeypatch.setattr(probes, "possible_cpus", lambda: limit)
@@ -208,7 +203,7 @@ def test_a_probe_is_refused_on_more_cpus_than_its_verifier_limit(monkeypatch):
             render(name, target)
     # the backbone has no per-CPU counter; the vdev queue's are bpftrace's own per-CPU maps, added up
     # by bpftrace as it prints them (zfsobs/sources/vq_dumps.py): neither loops over CPUs, so both run anywhere
-    for name in ("txg", "vdev_queue"):
+    for name in ("txg", "vdev_queue", "zil"):
         assert name not in dict(limited()) and "NCPU" not in source(name)
 
 

@@ -27,6 +27,10 @@ KEEP_FINAL = 64               # finished txgs whose counts stay for a late count
 KEEP_NAMES = 4096             # pool names kept (a process's pools; ztest makes new ones each pass)
 MAP_KEYS = 65536              # bpftrace's map size (zfsobs/sources/bpftrace.py): a full map lost counts
 OWN = frozenset({"set_dump", "set_dump_end", "zil_id", "zil_close"})
+_HEAD = ("pool", "pid", "txg", "cpu", "final")
+LINES = {"zil": _HEAD + ("commits", "lat_ns", "lat_max_ns") + ZIL_COUNTS,      # the lines made here
+         "zil_itx": _HEAD + ZIL_ITX,
+         "zil_lat": _HEAD + ("seg",) + tuple(f"b{i}" for i in range(ZIL_LAT_SEGMENT))}
 _ENTRY = re.compile(r"^@([nx])(\d+)\[(-?\d+), (-?\d+), (-?\d+), (-?\d+)\]: (-?\d+)$")
 
 
