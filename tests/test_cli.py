@@ -124,6 +124,14 @@ def test_record_refuses_to_overwrite(tmp_path):
     assert existing.read_text() == "keep me"
 
 
+def test_record_probes_takes_only_default_probe_names(tmp_path):
+    res = run("record", "--lab", "--probes", "zil,nope", "-O", str(tmp_path / "x.cap"))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "--probes: not a probe: nope" in res.stderr, res.stderr
+    from zfsobs.cli_parser import probe_list
+    assert probe_list("zil") == ("txg", "zil") and probe_list("throttle,txg") == ("txg", "throttle")
+
+
 def test_probes_list_and_show():
     res = run("probes", "list")
     assert res.returncode == 0 and "txg" in res.stdout.split()

@@ -182,8 +182,9 @@ def _positive_or_error(text: str) -> float:
 
 def _record(args) -> int:
     from zfsobs.session import Session
+    from zfsobs.sources.bpftrace import DEFAULT_PROBES
     started = time.monotonic()
-    with Session(args) as session:
+    with Session(args, probes=args.probes or DEFAULT_PROBES) as session:
         kstat = session.source.meta.get("kstat")
         if kstat:
             print(f"zfsobs: kstat mode ({kstat['why']}): ZFS's own counters, fewer fields (docs/kstat.md)",

@@ -20,6 +20,17 @@ LEGACY_OUTPUT = "record -o FILE is the old spelling of -O FILE (-o is NAME=VALUE
 DURATION_HELP = "stop after S seconds of recording, counted once every probe has attached"
 
 
+def probe_list(text: str) -> tuple[str, ...]:
+    """record --probes: names from the default set, in its order, with txg (the backbone) always."""
+    from zfsobs.sources.bpftrace import DEFAULT_PROBES, REQUIRED_PROBES
+    names = {n.strip() for n in text.split(",") if n.strip()}
+    unknown = sorted(names - set(DEFAULT_PROBES))
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"not a probe: {', '.join(unknown) or repr(text)} "
+                                         f"(probes: {', '.join(DEFAULT_PROBES)})")
+    return tuple(n for n in DEFAULT_PROBES if n in names or n in REQUIRED_PROBES)
+
+
 def positive(text: str) -> float:
     try:
         value = float(text)
@@ -98,6 +109,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(*OUTPUT_FLAGS, dest="record", required=True, metavar="FILE", help="the capture to write")
     p.add_argument("--force", action="store_true", help="overwrite an existing FILE")
     p.add_argument("--duration", type=positive, metavar="S", help=DURATION_HELP)
+    p.add_argument("--probes", type=probe_list, metavar="LIST",
+                   help="only these probes, comma-separated (txg, the backbone, is always traced; "
+                        "default: every default probe)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ...: record until CMD exits")
 
     p = sub.add_parser("zilstat", help="ZIL traffic in zilstat's columns, per interval or per txg")
