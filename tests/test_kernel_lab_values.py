@@ -90,3 +90,44 @@ def test_share_paths_with_commas_and_spaces_reach_qemu_whole(tmp_path, monkeypat
         assert oct((tmp_path / "cache" / "layouts").stat().st_mode & 0o777) == "0o700"
     finally:
         lab.stop()
+
+
+@pytest.mark.parametrize("kernel, append, smp", [
+    ("6.1.0-57-amd64", " possible_cpus=1024", "2"),          # before 6.9 the kernel parameter sets it
+    ("6.12.57+deb13-amd64", "", "2,maxcpus=1024"),          # from 6.9 only the firmware's list does
+])
+def test_possible_cpus_reach_the_kernel_command_line_or_qemus_smp(kernel, append, smp, tmp_path, monkeypatch):
+    monkeypatch.setenv("ZFSOBS_KLAB_TMP", str(tmp_path))
+    monkeypatch.setenv("ZFSOBS_KLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    img = tmp_path / "img"
+    img.mkdir()
+    (img / "manifest").write_text(f"flavour stock\nkernel {kernel}\n")
+    lab = KernelLab(["true"], layout="single", disk_size="128M", possible_cpus=1024)
+    try:
+        argv = lab._prepare(img)
+        cmdline = argv[argv.index("-append") + 1]
+        assert argv[argv.index("-smp") + 1] == smp
+        assert cmdline.endswith("modprobe.blacklist=kvm,kvm_amd,kvm_intel" + append)
+        assert "ZFSOBS_KLAB_POSSIBLE_CPUS=1024\n" in (lab.dir / "ctl" / "env").read_text()
+    finally:
+        lab.stop()
+
+
+def test_without_possible_cpus_the_guest_has_its_vcpus_only(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZFSOBS_KLAB_TMP", str(tmp_path))
+    monkeypatch.setenv("ZFSOBS_KLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    lab = KernelLab(["true"], layout="single", disk_size="128M")
+    try:
+        argv = lab._prepare(tmp_path / "img")
+        assert argv[argv.index("-smp") + 1] == "2" and "possible_cpus" not in argv[argv.index("-append") + 1]
+        assert "POSSIBLE_CPUS" not in (lab.dir / "ctl" / "env").read_text()
+    finally:
+        lab.stop()
+
+
+@pytest.mark.parametrize("n", [1, 8193])
+def test_a_possible_cpu_count_debians_kernels_cannot_have_is_refused(n):
+    with pytest.raises(ZfsobsError, match="from 2 to 8192"):
+        KernelLab(["true"], possible_cpus=n)

@@ -33,7 +33,7 @@ def _kernel_lab(args) -> int:
     lab = KernelLab(command, layout=args.layout or "mirror-log", disk_size=args.disk_size or "2G",
                     timeout=args.timeout or DEFAULT_TIMEOUT, console=args.console,
                     options=args.option, shares=args.share, workload=args.workload or "mix", btf=args.btf,
-                    distro=args.distro or "bookworm")
+                    distro=args.distro or "bookworm", possible_cpus=args.possible_cpus)
     raise_on_termination()
     try:
         return lab.run()
@@ -59,6 +59,7 @@ def _lab(args) -> int:
     given = [f for f, v in (("--layout", args.layout), ("--disk-size", args.disk_size),
                             ("--timeout", args.timeout), ("--console", args.console),
                             ("--share", args.share), ("--btf", args.btf), ("--distro", args.distro),
+                            ("--possible-cpus", args.possible_cpus),
                             ("--list", args.list), ("-- CMD", args.command)) if v]
     if given:
         raise ZfsobsError(f"lab: {', '.join(given)}: only with --kernel")

@@ -179,6 +179,8 @@ def parser() -> argparse.ArgumentParser:
                    "(default: a stock DKMS build without it, as users have; docs/kernel-lab.md)")
     p.add_argument("--distro", metavar="D", help="with --kernel: the image's Debian release: bookworm "
                    "(OpenZFS 2.1, the default), trixie (2.3), trixie-backports (2.4) or sid (2.4, with dtrace)")
+    p.add_argument("--possible-cpus", type=int, metavar="N", help="with --kernel: the guest kernel reports "
+                   "N possible CPUs on its 2 vCPUs (docs/kernel-lab.md)")
     p.add_argument("--list", action="store_true", help="with --kernel: the images, which are built, "
                    "and what each holds")
     p.add_argument("--share", action="append", default=[], metavar="DIR",

@@ -44,7 +44,17 @@ POWEROFF_GRACE = 60.0     # after CMD ended (its rc written): how long the guest
 ATTACH_TIMEOUT_TCG = 900  # bpftrace compiles and attaches ~20x slower under TCG
 CONSOLE_MAX = 32 << 20    # a run's whole console, kept in its directory up to this size
 CONSOLES_KEPT = 20        # failed runs' consoles kept in the cache's consoles/, the newest
+NR_CPUS = 8192            # Debian's kernels: the most possible CPUs a guest can be given
 PANIC = re.compile(rb"Kernel panic - not syncing.*|Fatal exception.*|BUG: .*|Oops: .*")
+
+
+def _manifest(img: Path) -> dict[str, str]:
+    """The image's manifest (scripts/kernel-lab-image): a name and its value a line."""
+    try:
+        lines = (img / "manifest").read_text().splitlines()
+    except OSError:
+        return {}
+    return dict(line.split(" ", 1) for line in lines if " " in line)
 
 
 def _opt(path: Path) -> str:
@@ -58,7 +68,7 @@ class KernelLab:
     def __init__(self, command: list[str], layout: str = "mirror-log", disk_size: str = "2G",
                  timeout: float = DEFAULT_TIMEOUT, console: bool = False, memory: str = "2G",
                  options: list[str] = (), shares: list[str] = (), workload: str = "mix", btf: bool = False,
-                 distro: str = "bookworm"):
+                 distro: str = "bookworm", possible_cpus: int | None = None):
         if not command:
             raise ZfsobsError("lab --kernel: give the command to run in the guest: -- CMD ...")
         self.command = command
@@ -72,6 +82,9 @@ class KernelLab:
         self.memory = memory
         self.flavour = "btf" if btf else "stock"
         self.distro = distro
+        if possible_cpus is not None and not 2 <= possible_cpus <= NR_CPUS:
+            raise ZfsobsError(f"lab --kernel: --possible-cpus {possible_cpus}: from 2 to {NR_CPUS}")
+        self.possible_cpus = possible_cpus
         image_dir(flavour=self.flavour, distro=distro)      # a wrong pair is an error before anything starts
         self.accel, self.accel_why = probe_accel()
         self.dir: Path | None = None
@@ -106,6 +119,8 @@ class KernelLab:
             size = shutil.get_terminal_size()
             env.update(ZFSOBS_TTY="1", COLUMNS=str(size.columns), LINES=str(size.lines),
                        TERM=os.environ.get("TERM", "xterm-256color"))
+        if self.possible_cpus:      # scripts/kernel-fidelity records the guest's possible CPUs then
+            env["ZFSOBS_KLAB_POSSIBLE_CPUS"] = str(self.possible_cpus)
         if self.accel == "tcg":
             env["ZFSOBS_ATTACH_TIMEOUT"] = str(ATTACH_TIMEOUT_TCG)
         return "".join(f"{k}={v}\n" for k, v in env.items())
@@ -143,13 +158,16 @@ class KernelLab:
             accel = ["-accel", "tcg,thread=multi,tb-size=512", "-cpu", os.environ.get("ZFSOBS_KLAB_CPU", "max")]
         append = ("root=/dev/vda rw rootfstype=ext4 console=ttyS0 init=/sbin/zfsobs-init panic=-1 "
                   "loglevel=4 modprobe.blacklist=kvm,kvm_amd,kvm_intel")
+        smp, cpus = str(max(2, min(4, os.cpu_count() or 2))), self._cpus(img)
+        append += cpus.get("append", "")
+        smp += cpus.get("smp", "")
         socks = {name: self.dir / f"{name}.sock" for name in STREAMS}
         shares = ["-virtfs", f"local,path={_opt(layouts)},mount_tag=zfsobs_layouts,security_model=none,"
                              "id=layouts"] if keep else []
         for i, d in enumerate(self.shares):
             shares += ["-virtfs", f"local,path={_opt(d)},mount_tag=zfsobs_share{i},security_model=none,"
                                   f"id=share{i}"]
-        return [QEMU, *accel, "-m", self.memory, "-smp", str(max(2, min(4, os.cpu_count() or 2))),
+        return [QEMU, *accel, "-m", self.memory, "-smp", smp,
                 "-nodefaults", "-display", "none", "-no-reboot", "-nic", "none",
                 "-kernel", str(img / "vmlinuz"), "-initrd", str(img / "initrd.img"), "-append", append,
                 # snapshot=on: the guest's writes go to a qemu temp file, the cached image stays pristine
@@ -167,6 +185,19 @@ class KernelLab:
                 "-device", "virtserialport,chardev=err,name=org.zfsobs.stderr",
                 "-chardev", f"socket,id=sig,path={_opt(socks['signal'])}",
                 "-device", "virtserialport,chardev=sig,name=org.zfsobs.signal"]
+
+    def _cpus(self, img: Path) -> dict[str, str]:
+        """What makes the guest kernel report self.possible_cpus possible CPUs on its few vCPUs. Before
+        Linux 6.9 the kernel parameter possible_cpus=N sets the count (up to NR_CPUS); from 6.9 it only
+        lowers it, and the count is the firmware's: qemu's -smp maxcpus=N lists the CPUs past the
+        running ones (qemu 7.2 under TCG: at most 255, no x2APIC, and qemu says so; Linux 6.12 counts
+        none of its 7.2's as hotpluggable: measured, docs/kernel-lab.md)."""
+        if not self.possible_cpus:
+            return {}
+        kernel = _manifest(img).get("kernel", "")
+        if tuple(int(x) for x in re.findall(r"\d+", kernel)[:2]) < (6, 9):
+            return {"append": f" possible_cpus={self.possible_cpus}"}
+        return {"smp": f",maxcpus={self.possible_cpus}"}
 
     # ------------------------------------------------------------------ run
     def run(self) -> int:
