@@ -11,7 +11,6 @@ import pytest
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser, parse_all
 from zfsobs.model import Model
-from zfsobs.sources.end_maps import EndMaps
 from zfsobs.model.zil import COUNTERS, LAT_BUCKETS, SETTLED, lat_bounds, lat_bucket, lat_quantile, size_bin
 from zfsobs.views import report
 from zfsobs.views.zilstat import Zilstat
@@ -220,19 +219,63 @@ def test_a_late_count_reprinted_final_2_corrects_its_row_and_keeps_its_sync(even
     assert again.pools[pool].at_sync(row.pid, row.txg, last.ts) is row
 
 
-def test_end_maps_hand_over_a_late_count_as_final_2_and_an_open_txg_as_final_0():
-    spa = (1 << 64) - 4096
-    lines = ["zfsobs 1 end_maps 900 probe=zil",
-             f"@zil_name[0, {spa - (1 << 64)}]: tank",
-             f"@zil_any[0, {spa - (1 << 64)}, 41, 0]: 3",      # txg 41 synced, a count came after
-             f"@zil_any[0, {spa - (1 << 64)}, 41, 1]: 2",      # its final lines are out
-             f"@zil_any[0, {spa - (1 << 64)}, 42, 1]: 1",      # the open txg
-             f"@zil_commits[0, {spa - (1 << 64)}, 41, 0]: 7",
-             f"@zil_commits[0, {spa - (1 << 64)}, 42, 1]: 2",
-             "zfsobs 1 end_maps_end 901"]
-    em, parser = EndMaps(), Parser()
-    out = [parser.parse(x) for line in lines for x in em.feed(line)]
-    zil = {(ev.fields["txg"], ev.fields["cpu"]): ev.fields for ev in out if ev.kind == "zil"}
-    assert set(zil) == {(41, 0), (42, 1)}
-    assert (zil[(41, 0)]["final"], zil[(41, 0)]["commits"]) == (2, 7)
-    assert (zil[(42, 1)]["final"], zil[(42, 1)]["commits"]) == (0, 2) and zil[(42, 1)]["pool"] == "tank"
+def _dump(end: int, entries: dict) -> list[str]:
+    """A dump of one map set as bpftrace prints it: keys (pid, spa, txg, slot) signed."""
+    from zfsobs.fields import ZIL
+    out = [f"zfsobs 1 set_dump {end + 1} set=0 end={end} held=0"]
+    for (pid, spa, txg, field), value in entries.items():
+        which, slot = ZIL.slot(field)
+        out.append(f"@{which}0[{pid}, {spa - (1 << 64)}, {txg}, {slot}]: {value}")
+    return out + [f"zfsobs 1 set_dump_end {end + 1}"]
+
+
+def test_set_dumps_make_open_final_and_late_lines_by_one_rule():
+    """An open txg's lines at most once a second (final=0, the dump's time); its final lines once a
+    dump covers its close (final=1, the close's time); a count after them, its lines again (final=2);
+    at the stop the open txgs' lines; the sums of every dump, per txg, whatever set they came in."""
+    from zfsobs.sources.set_dumps import SetDumps
+    spa, ns = (1 << 64) - 4096, 10**9
+    sd, parser = SetDumps("zil"), Parser()
+
+    def feed(lines):
+        return [parser.parse(x) for line in lines for x in sd.feed(line)]
+
+    assert feed([f"zfsobs 1 zil_id 5 pid=0 spa={hex(spa)} pool=tank"]) == []
+    got = feed(_dump(1 * ns, {(0, spa, 41, "commits"): 3, (0, spa, 41, "lat_max_ns"): 900}))
+    assert [(e.kind, e.ts, e.fields["final"], e.fields.get("commits")) for e in got][:2] == \
+        [("zil", ns, 0, 3), ("zil_itx", ns, 0, None)]
+    assert got[0].fields["pool"] == "tank" and got[0].fields["lat_max_ns"] == 900
+    # a second dump 0.5 s later: counted, not shown yet (once a second)
+    assert feed(_dump(ns + ns // 2, {(0, spa, 41, "commits"): 2, (0, spa, 41, "lat_max_ns"): 400})) == []
+    # the close, not yet covered by a dump; then the dump that covers it: final lines at the close's time
+    assert feed([f"zfsobs 1 zil_close {2 * ns} pool=tank pid=0 spa={hex(spa)} txg=41"]) == []
+    got = feed(_dump(2 * ns + 1, {(0, spa, 42, "commits"): 1}))
+    final = [e for e in got if e.kind == "zil" and e.fields["txg"] == 41]
+    assert [(e.ts, e.fields["final"], e.fields["commits"], e.fields["lat_max_ns"]) for e in final] == [(2 * ns, 1, 5, 900)]
+    assert [e.fields["final"] for e in got if e.kind == "zil" and e.fields["txg"] == 42] == [0]
+    # a late count for 41: its lines again, final=2, with the new total
+    got = feed(_dump(3 * ns, {(0, spa, 41, "lwbs"): 1}))
+    late = [e for e in got if e.kind == "zil" and e.fields["txg"] == 41]
+    assert [(e.fields["final"], e.fields["commits"], e.fields["lwbs"]) for e in late] == [(2, 5, 1)]
+    # the stop: the open txg's counts not yet shown
+    assert feed(_dump(3 * ns, {(0, spa, 42, "commits"): 4})) == []      # shown 1 s ago at most
+    out = [parser.parse(x) for x in sd.flush()]
+    assert [(e.fields["txg"], e.fields["final"], e.fields["commits"]) for e in out if e.kind == "zil"] == [(42, 0, 5)]
+
+
+def test_set_dumps_say_what_they_could_not_keep():
+    """A set map that filled up lost counts (cause=map_full); a count for a txg forgotten long
+    after its final lines is lost too (cause=late), never a wrong total."""
+    from zfsobs.sources import set_dumps
+    spa, ns = (1 << 64) - 4096, 10**9
+    sd, parser = set_dumps.SetDumps("zil"), Parser()
+    lines = [f"zfsobs 1 zil_close {ns} pool=tank pid=0 spa={hex(spa)} txg=1"] + _dump(2 * ns, {(0, spa, 1, "commits"): 1})
+    for t in range(2, 2 + set_dumps.KEEP_FINAL):
+        lines.append(f"zfsobs 1 zil_close {ns * t + 1} pool=tank pid=0 spa={hex(spa)} txg={t}")
+    lines += _dump(199 * ns, {}) + _dump(200 * ns, {(0, spa, 1, "commits"): 1})
+    lost = [parser.parse(x) for line in lines for x in sd.feed(line)]
+    lost = [e for e in lost if e.kind == "lost"]
+    assert [(e.fields["count"], e.fields["cause"]) for e in lost] == [(1, "late")]
+    full = {(0, spa, 1000 + t, "commits"): 1 for t in range(set_dumps.MAP_KEYS)}
+    got = [parser.parse(x) for line in _dump(300 * ns, full) for x in sd.feed(line)]
+    assert [(e.fields["count"], e.fields["cause"]) for e in got if e.kind == "lost"] == [(1, "map_full")]

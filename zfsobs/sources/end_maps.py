@@ -1,7 +1,8 @@
-"""The last lines of the zil and vdev_cache probes, made from the maps their END prints.
+"""The last lines of the vdev_cache probe, made from the maps its END prints.
 
-In the kernel the counts of a pool's open txgs and of each vdev's last second of reads would come
-after the capture ended (a kernel pool outlives it), so END hands them over. It used to print those
+In the kernel the counts of each vdev's last second of reads would come after the capture ended
+(a kernel vdev outlives it), so END hands them over (zil's come from its map sets instead:
+zfsobs/sources/set_dumps.py). It used to print those
 lines itself, in a loop over pools (or vdevs) and CPUs, which the kernel's BPF verifier rejected on
 machines with more than 14 CPUs (zil) or 28 (vdev_cache): END now prints the maps with bpftrace's
 print(), which reads them from user space, and this makes the lines the loop made (docs/events.md),
@@ -12,14 +13,10 @@ from __future__ import annotations
 from zfsobs.events import format_line
 
 MASK = (1 << 64) - 1
-ZIL_CNT = ("itxs", "itx_bytes", "writes", "write_bytes", "copied", "copied_bytes", "needcopy",
-           "needcopy_bytes", "indirect", "indirect_bytes", "lwbs", "nused", "size", "lwb_le4k",
-           "lwb_4to32k", "lwb_ge32k")
 VC_CNT = ("reads", "read_bytes", "hits", "hit_bytes", "misses", "miss_bytes", "fill_bytes", "declined",
           "declined_bytes")
 VC_TUN = ("size", "max", "bshift")
 OWN = frozenset({"end_maps", "end_maps_end"})     # the marker lines, used up here
-LAT_SEGMENT = 25        # zil.bt's latency buckets per zil_lat line
 VC_STRIDE = 16          # vdev_cache.bt's counter slots per CPU
 
 
@@ -45,37 +42,11 @@ class EndMaps:
             return []
         if kind == "end_maps_end":
             maps, self.maps = self.maps or {}, None
-            return self._zil(maps) if self.probe == "zil" else self._vc(maps)
+            return self._vc(maps)
         if kind == "vc":
             fields = dict(p.split("=", 1) for p in parts[4:] if "=" in p)
             self.vc[(int(fields["pid"]), int(fields["vd"], 16))] = fields
         return [line] if line.strip() else []
-
-    def _zil(self, maps: dict) -> list[str]:
-        """zil.bt's FLUSH for every (pool, txg, CPU) of the kernel that had activity: final=0 for a
-        txg not yet synced, final=2 for one whose final lines a count came after (LATE)."""
-        get = lambda name, key: int(maps.get(name, {}).get(key, 0))     # noqa: E731
-        out = []
-        for key in sorted(maps.get("@zil_any", {})):
-            pid, spa, txg, cpu = key
-            any_ = get("@zil_any", key)
-            if pid != 0 or any_ not in (1, 3):     # 2: its final lines are out
-                continue
-            head = {"pool": maps.get("@zil_name", {}).get((pid, spa), "?"), "pid": pid, "txg": txg,
-                    "cpu": cpu, "final": 2 if any_ == 3 else 0}
-            commits = get("@zil_commits", key)
-            fields = {**head, "commits": commits, "lat_ns": get("@zil_lat_sum", key),
-                      "lat_max_ns": get("@zil_lat_max", key)}
-            fields.update((name, get("@zil_cnt", key + (i,))) for i, name in enumerate(ZIL_CNT))
-            out.append(format_line("zil", self.ts, fields))
-            itx = {**head, **{f"tx{i}": get("@zil_itx", key + (i,)) for i in range(25)},
-                   "txother": get("@zil_itx", key + (25,))}
-            out.append(format_line("zil_itx", self.ts, itx))
-            for seg in range(2 if commits else 0):
-                lat = {**head, "seg": seg}
-                lat.update((f"b{b}", get("@zil_lat", key + (seg * LAT_SEGMENT + b,))) for b in range(LAT_SEGMENT))
-                out.append(format_line("zil_lat", self.ts, lat))
-        return out
 
     def _vc(self, maps: dict) -> list[str]:
         """vdev_cache.bt's EMIT with final=0 for every kernel vdev whose counts moved since its last

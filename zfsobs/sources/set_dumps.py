@@ -47,6 +47,7 @@ class SetDumps:
         self.names: OrderedDict[tuple, str] = OrderedDict()   # (pid, spa) -> pool name
         self.closing: dict[tuple, int] = {}         # closed, final lines not yet made: key -> close ts
         self.done: OrderedDict[tuple, int] = OrderedDict()    # final lines made: key -> close ts
+        self.forgotten: OrderedDict[tuple, int] = OrderedDict()   # (pid, spa) -> last txg forgotten
         self.dirty: set[tuple] = set()              # counts moved since the key's last lines
         self.shown: dict[tuple, int] = {}           # open key -> its last lines' time
         self.dump: dict | None = None               # the dump being read
@@ -110,7 +111,7 @@ class SetDumps:
         late_gone = 0
         for which, entries in (("n", dump["n"]), ("x", dump["x"])):
             for key, slots in entries.items():
-                if key not in self.sums and key in self.done:
+                if key not in self.sums and (key in self.done or key[2] <= self.forgotten.get(key[:2], -1)):
                     late_gone += 1      # counted after its final lines were made and forgotten
                     continue
                 sums = self.sums.setdefault(key, [0] * nsum)
@@ -141,6 +142,10 @@ class SetDumps:
             self.done[key] = ts
             while len(self.done) > KEEP_FINAL:
                 old, _ = self.done.popitem(last=False)
+                self.forgotten[old[:2]] = max(old[2], self.forgotten.get(old[:2], -1))
+                self.forgotten.move_to_end(old[:2])
+                while len(self.forgotten) > KEEP_NAMES:
+                    self.forgotten.popitem(last=False)
                 self.sums.pop(old, None)
                 self.tops.pop(old, None)
         for key in sorted(self.dirty):
