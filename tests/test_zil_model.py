@@ -13,7 +13,7 @@ from zfsobs.events import Parser, parse_all
 from zfsobs.model import Model
 from zfsobs.model.zil import COUNTERS, LAT_BUCKETS, SETTLED, lat_bounds, lat_bucket, lat_quantile, size_bin
 from zfsobs.views import report
-from zfsobs.views.zilstat import Zilstat
+from zfsobs.views.zilstat import GRACE_NS, Zilstat
 
 
 @pytest.fixture
@@ -137,7 +137,7 @@ def test_zilstat_interval_mode_covers_the_run_and_count_stops_it(events, capture
     for ev in events:
         m.feed(ev)
         zs.on_tick(ev.ts)
-    zs.on_tick(events[-1].ts + 2 * 10**9)     # an interval is printed a second after it ends
+    zs.on_tick(events[-1].ts + GRACE_NS + 10**9)     # an interval is printed GRACE_NS after it ends
     lines = out.getvalue().splitlines()
     assert lines[0].split()[:2] == ["time", "N-Bytes"]
     rows = [line.split() for line in lines[1:]]
