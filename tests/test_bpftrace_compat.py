@@ -9,15 +9,16 @@ import time
 import pytest
 
 from zfsobs.doctor import report as doctor
-from zfsobs.sources import bpftrace as source
+from zfsobs.sources import bpftrace as source, bpftrace_binary as binary
+from zfsobs.sources.bpftrace_child import bpftrace_env
 from zfsobs.events import Parser
 from zfsobs.targets.target import find_libraries, libzpool
 
 
 def test_the_environment_covers_every_release():
-    env = source._BPFTRACE_ENV
+    env = bpftrace_env(4096)
     # 0.17-0.23 read MAP_KEYS_MAX, 0.20+ MAX_MAP_KEYS (0.24+ only that one)
-    assert env["BPFTRACE_MAP_KEYS_MAX"] == env["BPFTRACE_MAX_MAP_KEYS"] == "65536"
+    assert env["BPFTRACE_MAP_KEYS_MAX"] == env["BPFTRACE_MAX_MAP_KEYS"] == "4096"
     assert env["BPFTRACE_STR_TRUNC_TRAILER"] == ""
 
 
@@ -31,9 +32,9 @@ def test_zfsobs_bpftrace_names_the_binary(monkeypatch, tmp_path):
     fake.write_text("#!/bin/sh\necho bpftrace v0.27.1\n")
     fake.chmod(0o755)
     monkeypatch.setenv("ZFSOBS_BPFTRACE", str(fake))
-    assert source.bpftrace_path() == str(fake)
+    assert binary.bpftrace_path() == str(fake)
     monkeypatch.setenv("ZFSOBS_BPFTRACE", str(tmp_path / "gone"))
-    assert source.bpftrace_path() is None
+    assert binary.bpftrace_path() is None
 
 
 def test_a_version_that_does_not_come_at_once_is_asked_again(tmp_path):
@@ -42,11 +43,11 @@ def test_a_version_that_does_not_come_at_once_is_asked_again(tmp_path):
     fake = tmp_path / "bpftrace"
     fake.write_text(f"#!/bin/sh\n[ -e {tmp_path}/asked ] && echo bpftrace v0.23.2; touch {tmp_path}/asked\n")
     fake.chmod(0o755)
-    assert source.bpftrace_version(str(fake)) == "v0.23.2"
+    assert binary.bpftrace_version(str(fake)) == "v0.23.2"
     silent = tmp_path / "silent"
     silent.write_text("#!/bin/sh\n")
     silent.chmod(0o755)
-    assert source.bpftrace_version(str(silent)) == "unknown"
+    assert binary.bpftrace_version(str(silent)) == "unknown"
 
 
 FAKE_HEAD = "#!/bin/sh\n[ \"$1\" = --version ] && { echo bpftrace v0.27.1; exit 0; }\n"
@@ -97,7 +98,7 @@ def test_no_kprobe_pair_becomes_a_session_program():
     (bpftrace#5176): both bodies on one 512-byte stack, too much for zil's and throttle's spa_sync on
     sid's 0.27.1. On the kernel, from 0.23 (which has the flag), kprobe_multi is turned off, so no pair
     is eligible; uprobes and older releases run as before."""
-    from zfsobs.sources.bpftrace import run_flags
+    from zfsobs.sources.bpftrace_binary import run_flags
     off = ["--no-warnings", "--no-feature", "kprobe_multi"]
     assert run_flags("v0.27.1", kernel=True) == run_flags("v0.23.2", kernel=True) == off
     assert run_flags("v0.17.0", kernel=True) == run_flags("v0.27.1", kernel=False) == ["--no-warnings"]

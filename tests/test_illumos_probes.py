@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import dlint  # noqa: E402
 
-from zfsobs.sources import d_slots, end_maps, set_dumps, vq_dumps  # noqa: E402
+from zfsobs.sources import d_slots, set_lines, vq_dumps  # noqa: E402
 from zfsobs.targets import render as probes  # noqa: E402
 from zfsobs.events import REQUIRED, WORD_FIELDS  # noqa: E402
 
@@ -56,18 +56,18 @@ def d_events(name: str) -> dict:
 
 def stream_events(name: str) -> dict:
     """The kinds and fields the Linux probe's stream carries: the vdev queue's after
-    zfsobs/sources/vq_dumps.py has made its dumps into lines (DTrace sums over CPUs itself), without the
-    markers around the maps END prints for zfsobs/sources/end_maps.py (lines of kinds the stream has anyway)."""
-    events = {k: v for k, v in dlint.events(probes.source(name)).items() if k not in end_maps.OWN}
+    zfsobs/sources/vq_dumps.py has made its dumps into lines (DTrace sums over CPUs itself), and the
+    map-set probes' after zfsobs/sources/set_dumps.py has (zfsobs/sources/set_lines.py)."""
+    events = dlint.events(probes.source(name))
     if name == "vdev_queue":
         # bye's held counts ticks of bpftrace's map-set turn, which DTrace (no sets) has not
         events = {k: v for k, v in events.items() if k not in vq_dumps.OWN}
         events["bye"] = {frozenset(f - {"held"}) for f in events["bye"]}
         events.update((kind, {frozenset(fields)}) for kind, fields in vq_dumps.LINES.items())
-    if name == "zil":
-        # the map sets' dumps, made into the lines of their txgs (zfsobs/sources/set_dumps.py)
-        events = {k: v for k, v in events.items() if k not in set_dumps.OWN}
-        events.update((kind, {frozenset(fields)}) for kind, fields in set_dumps.LINES.items())
+    if name in set_lines.STREAMS:
+        # the map sets' dumps, made into the probe's lines (zfsobs/sources/set_dumps.py)
+        events = {k: v for k, v in events.items() if k not in set_lines.OWN}
+        events.update((kind, {frozenset(fields)}) for kind, fields in set_lines.STREAMS[name].lines.items())
     if name == "throttle":
         # late: the .bt's line of what a txg's line missed; D's slot totals miss no count (a rise
         # after the txg's flush is a line of its own)
@@ -80,7 +80,7 @@ def test_openzfs_22s_vdev_queue_script_passes_the_checks_and_prints_what_the_bt_
     functions are inlined) prints the .bt's own lines and dumps, for zfsobs/sources/vq_dumps.py."""
     text = (ROOT / "probes" / "dtrace-openzfs" / "vdev_queue.d").read_text()
     assert dlint.parse(text).problems == []
-    raw = {k: v for k, v in dlint.events(probes.source("vdev_queue")).items() if k not in end_maps.OWN}
+    raw = dlint.events(probes.source("vdev_queue"))
     raw["bye"] = {frozenset(f - {"held"}) for f in raw["bye"]}
     raw["vq_dump"] = {frozenset(f - {"late"}) for f in raw["vq_dump"]}     # the .bt's sets by the clock
     raw["vq_dump"] = {f | {"round"} for f in raw["vq_dump"]}   # D's totals: d_slots.DumpTotals reads it

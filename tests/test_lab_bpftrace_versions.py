@@ -22,6 +22,8 @@ from zfsobs.events import Parser, parse_all
 from zfsobs.labs.userland import ZTEST
 from vq_ledger import ledger_errors
 from zfsobs.sources.bpftrace import DEFAULT_PROBES
+from zfsobs.sources.bpftrace_child import bpftrace_env
+from zfsobs.targets.render import MAP_KEYS
 from zfsobs.targets.target import linked_library
 
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(bool(lab_ready()), reason=lab_ready() or "ok")]
@@ -176,7 +178,7 @@ def test_a_long_path_is_read_whole_in_two_pieces(suite, tmp_path):
     script.write_text(f"uprobe:{stop_marker.libc_path()}:access /pid == {os.getpid()}/ "
                       "{ printf(\"P %s%s\\n\", str(arg0, 64), str(arg0 + 63)); exit(); }\n")
     proc = subprocess.Popen([bpftrace_for(VERSIONS[suite][1]), "--no-warnings", str(script)], text=True,
-                            env=source._BPFTRACE_ENV, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                            env=bpftrace_env(MAP_KEYS), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 60
         while proc.poll() is None and time.time() < deadline:

@@ -1,9 +1,8 @@
 """The zil and throttle probes leave nothing of a finished process's pools in their maps, on real
-libzpool. throttle frees a txg's counters a sync after its line (a count late for them has that long
-to land) and a pool's last txg's at txg_sync_stop() (an export, an unload: each of ztest's passes
-ends one); zil counts in map sets that bpftrace clears as it prints them, and forgets a pool's name
-at txg_sync_stop(). Each probe runs in a bpftrace of its own beside a
-`zfsobs record --lab` that ends by itself; their END prints what their maps still hold."""
+libzpool: they count in map sets that bpftrace clears as it prints them, and forget a pool's name
+at txg_sync_stop() (an export, an unload: each of ztest's passes ends one). Each probe runs in a
+bpftrace of its own beside a `zfsobs record --lab` that ends by itself; their END prints what their
+maps still hold."""
 from __future__ import annotations
 
 import re
@@ -18,12 +17,9 @@ from zfsobs.targets.target import libzpool
 
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(bool(lab_ready()), reason=lab_ready() or "ok")]
 
-# what END prints of the maps that hold per-txg counters, before it clears them (zil.bt prints most
-# for the kernel's handover; the rest the test asks for)
-ZIL_END = ("clear(@zil_seen);", "print(@zil_seen); clear(@zil_seen);")
-THROTTLE_END = ("clear(@thr); clear(@thr_any);",
-                "print(@thr_any); print(@thr_out); print(@thr_done); clear(@thr); clear(@thr_any);")
-PER_TXG = re.compile(r"^@(zil_seen|thr_any|thr_out|thr_done)\[(-?\d+)[,\]]", re.M)
+# what END prints of the maps that hold per-pool state, before it clears them (the test asks for it)
+END = ("clear(@pool_seen);", "print(@pool_seen); clear(@pool_seen);")
+PER_POOL = re.compile(r"^@(pool_seen)\[(-?\d+)[,\]]", re.M)
 
 
 @lab_run
@@ -33,9 +29,8 @@ def test_no_counters_of_a_finished_process_are_left(tmp_path):
     for name in ("zil", "throttle"):
         text = render(name, lib).text
         assert "LIB" not in text
-        end = ZIL_END if name == "zil" else THROTTLE_END
-        assert text.count(end[0]) == 1
-        text = text.replace(*end)
+        assert text.count(END[0]) == 1
+        text = text.replace(*END)
         (tmp_path / name).mkdir()
         outs[name] = text
     with truth_running(tmp_path / "zil", outs["zil"], lib.path), \
@@ -48,7 +43,7 @@ def test_no_counters_of_a_finished_process_are_left(tmp_path):
     zil, thr = ((tmp_path / n / "truth.out").read_text() for n in ("zil", "throttle"))
     # the probes counted, in more than one ztest process (a pass, or an import's own)
     counted = {int(p) for p in re.findall(r"^@n\d\[(\d+), ", zil, re.M)}     # commits in a dump of the sets
-    throttled = {int(p) for p in re.findall(r"^zfsobs 1 txg_thr \d+ pool=\S+ pid=(\d+) ", thr, re.M)}
+    throttled = {int(p) for p in re.findall(r"^@[nx]\d\[(\d+), ", thr, re.M)}
     assert len(counted) >= 2 and len(throttled) >= 2, (counted, throttled)
-    left = [(m[1], int(m[2])) for text in (zil, thr) for m in PER_TXG.finditer(text)]
+    left = [(m[1], int(m[2])) for text in (zil, thr) for m in PER_POOL.finditer(text)]
     assert [(name, pid) for name, pid in left if pid in counted | throttled] == []

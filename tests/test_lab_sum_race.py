@@ -21,7 +21,7 @@ import pytest
 
 from conftest import lab_ready
 from test_lab_bpftrace_versions import VERSIONS, bpftrace_for
-from zfsobs.sources.bpftrace import bpftrace_version
+from zfsobs.sources.bpftrace_binary import bpftrace_version
 from zfsobs.targets.render import create_sums
 
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(bool(lab_ready()), reason=lab_ready() or "ok")]

@@ -16,8 +16,8 @@ import pytest
 from conftest import lab_ready
 from zfsobs.doctor import report as doctor, probe_load
 from zfsobs.targets import render as probes
-from zfsobs.targets.render import available, max_cpus, render, source
-from zfsobs.sources.bpftrace import bpftrace_version
+from zfsobs.targets.render import available, render, source
+from zfsobs.sources.bpftrace_binary import bpftrace_version
 from zfsobs.targets.target import find_libraries, libzpool
 
 REFUSED = "\nBEGIN { $x = 1; $x = \"a string\"; }\n"     # a type change: every release rejects it
@@ -68,8 +68,8 @@ def test_doctor_rows_say_which_probes_load_with_the_hosts_bpftrace():
 @pytest.mark.parametrize("suite", ["trixie", "sid"])
 def test_dry_run_loads_every_probe(suite):
     """--dry-run (0.22+) loads the programs into the kernel, not only compiles them: every probe
-    rendered for the installed libzpool passes the verifier of this machine (zil's map sets: no loop
-    over CPUs; tests/test_probes.py checks the limits of the probes that still loop, on 0.17)."""
+    rendered for the installed libzpool passes the verifier of this machine (no probe loops over
+    CPUs: tests/test_probes.py)."""
     from test_lab_bpftrace_versions import VERSIONS, bpftrace_for
     bpftrace = bpftrace_for(VERSIONS[suite][1])
     target = libzpool()

@@ -10,7 +10,7 @@ import pytest
 from conftest import lab_ready
 from zfsobs.errors import ZfsobsError
 from zfsobs.targets import render as probes
-from zfsobs.targets.render import available, max_cpus, render, required_functions, source
+from zfsobs.targets.render import available, map_keys, render, required_functions, source
 from zfsobs.targets.target import Target, find_libraries, libzpool
 
 TXG_FUNCS = {"spa_sync", "spa_txg_history_add", "spa_txg_history_set", "spa_txg_history_init_io",
@@ -91,28 +91,47 @@ def test_unknown_probe_name():
 ZIL_FUNCS = {"zil_commit_impl", "zil_itx_assign", "zil_lwb_add_block", "spa_sync", "txg_sync_stop"}
 
 
+SET_PROBES = {"zil": (ZIL_FUNCS, ("commits", "lwb_ge32k", "txother", "lat_max_ns"), "$spa, $txg"),
+              "throttle": ({"dmu_tx_assign", "dmu_tx_wait", "spa_sync", "txg_sync_stop"},
+                           ("delays", "wait_ns", "dirty_max", "delay_max_ns"), "$spa, $txg"),
+              "vdev_cache": ({"vdev_cache_read", "zio_vdev_delegated_io", "vdev_free"},
+                             ("reads", "hits", "declined_bytes"), "$vd, $g")}
+
+
 @pytest.mark.skipif(not find_libraries(), reason="needs an installed libzpool")
-def test_zil_rendering_writes_its_map_sets_from_the_field_table_and_compiles(tmp_path):
-    """zil counts into bpftrace's per-CPU maps (probes/linux/sets.btm): no loop over CPUs, every
-    slot from zfsobs/fields.py, each set written out, and the stop probe has no flag to set."""
-    from zfsobs.fields import ZIL
+@pytest.mark.parametrize("name", sorted(SET_PROBES))
+def test_a_set_probe_renders_its_map_sets_from_the_field_table_and_compiles(name, tmp_path):
+    """zil, throttle and vdev_cache count into bpftrace's per-CPU maps (probes/linux/sets.btm): no
+    loop over CPUs, every slot from zfsobs/fields.py, each set written out, each map sized by the
+    probe's Map keys line, and the stop probe has no flag to set."""
+    from zfsobs.fields import KINDS
     from zfsobs.sources.stop_marker import StopMarker
-    r = render("zil", libzpool())
+    functions, fields, keys = SET_PROBES[name]
+    kind = KINDS[name]
+    r = render(name, libzpool())
     code = "\n".join(code_lines(r.text))
-    assert set(r.functions) == ZIL_FUNCS and r.dropped == []
-    assert "NCPU" not in code and "while ($c" not in code and "macro" not in r.text and "SET" not in code
+    assert set(r.functions) == functions and r.dropped == []
+    assert "while ($c" not in code and "macro" not in r.text and "SET" not in code
     assert "ADD(" not in code and "TOP(" not in code and "EPOCH" not in code
-    assert all(f"print(@n{s})" in code and f"@x{s}[" in code for s in range(3))
-    for field in ("commits", "lwb_ge32k", "txother", "lat_max_ns"):
-        which, slot = ZIL.slot(field)
-        assert f"@{which}0[pid, $spa, $txg, (uint64){slot}]" in code, field
-    assert f"(uint64)({ZIL.slot('lat_b0')[1]} + $bucket)" in code
-    assert "+ 144)" in code and "+ 148)" in code             # lwb_nused / lwb_sz of 2.1.11
-    assert code.count('printf("zfsobs 1 zil_close') == 1
+    assert all(f"print(@n{s})" in code for s in range(3))
+    assert all(f"@x{s}[" in code for s in range(3)) == bool(kind.tops)
+    for field in fields:
+        which, slot = kind.slot(field)
+        assert f"@{which}0[pid, {keys}, (uint64){slot}]" in code, field
+    assert r.map_keys == map_keys(source(name)) == 4096
     assert not any(PLACEHOLDER.search(l) for l in code_lines(r.text))
     stop = StopMarker().probe(r.text)
     assert "@stopping" not in stop
     compiles(r.text + stop, tmp_path)
+
+
+@pytest.mark.skipif(not find_libraries(), reason="needs an installed libzpool")
+def test_zil_writes_its_histogram_bucket_as_an_offset_from_the_tables_slot():
+    from zfsobs.fields import ZIL
+    code = "\n".join(code_lines(render("zil", libzpool()).text))
+    assert f"(uint64)({ZIL.slot('lat_b0')[1]} + $bucket)" in code
+    assert "+ 144)" in code and "+ 148)" in code             # lwb_nused / lwb_sz of 2.1.11
+    assert code.count('printf("zfsobs 1 set_close') == 1
 
 
 def test_zil_without_the_struct_layout_is_unavailable_not_fatal():
@@ -184,53 +203,13 @@ def test_kernel_symbols_are_the_zfs_modules_lines_of_kallsyms(tmp_path):
     assert _kernel_symbols(str(tmp_path / "none")) == {}
 
 
-def limited():
-    """(probe, its Max CPUs) for every script that sums per-CPU counters in the probe."""
-    return [(n, limit) for n in available() if (limit := max_cpus(source(n)))]
-
-
-@pytest.mark.skipif(not find_libraries(), reason="needs an installed libzpool")
-def test_a_probe_is_refused_on_more_cpus_than_its_verifier_limit(monkeypatch):
-    """bpftrace would fail after seconds with 'Error loading program'; zfsobs says why, up front,
-    and the session traces the other metrics without it (the probe is optional)."""
-    assert {n for n, _ in limited()} == {"vdev_cache", "throttle"}
-    target = libzpool()
-    for name, limit in limited():
-        monkeypatch.setattr(probes, "possible_cpus", lambda: limit)
-        assert render(name, target).text
-        monkeypatch.setattr(probes, "possible_cpus", lambda: limit + 1)
-        with pytest.raises(ZfsobsError, match=rf"{limit + 1} possible CPUs.*at most {limit}"):
-            render(name, target)
-    # the backbone has no per-CPU counter; the vdev queue's are bpftrace's own per-CPU maps, added up
-    # by bpftrace as it prints them (zfsobs/sources/vq_dumps.py): neither loops over CPUs, so both run anywhere
-    for name in ("txg", "vdev_queue", "zil"):
-        assert name not in dict(limited()) and "NCPU" not in source(name)
-
-
-@pytest.mark.lab
-@pytest.mark.skipif(bool(lab_ready()), reason=lab_ready() or "ok")
-def test_each_probe_passes_the_kernels_verifier_at_its_cpu_limit(monkeypatch, tmp_path):
-    """The limits are real and tight: each probe rendered for its Max CPUs is loaded into the kernel
-    by real bpftrace (the verifier runs at load) and attached to the real libzpool; rendered for one
-    CPU more (the refusal bypassed), the verifier rejects it."""
-    target = libzpool()
-    monkeypatch.setattr(probes, "max_cpus", lambda text: None)
-    runs = []
-    for name, limit in limited():
-        for ncpu, loads in ((limit, True), (limit + 1, False)):
-            monkeypatch.setattr(probes, "possible_cpus", lambda: ncpu)
-            script = tmp_path / f"{name}-{ncpu}.bt"
-            script.write_text(render(name, target).text)
-            runs.append((name, ncpu, loads, script))
-    # two at a time: each load is the kernel verifier on one core for ~10 s (60 s one at a time, 42 so)
-    with ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(lambda run: subprocess.run(["bpftrace", str(run[3]), "-c", "/bin/true"],
-                                                           capture_output=True, text=True, timeout=300), runs))
-    for (name, ncpu, loads, _), res in zip(runs, results):
-        if loads:
-            assert res.returncode == 0 and f"probe={name}" in res.stdout, f"{name} at {ncpu} CPUs: {res.stderr[-500:]}"
-        else:
-            assert res.returncode != 0 and "Error loading program" in res.stderr, f"{name} loaded at {ncpu} CPUs"
+def test_no_probe_loops_over_cpus_or_states_a_cpu_limit():
+    """Every probe counts in maps no program walks (bpftrace's per-CPU aggregations), so none has a
+    CPU count in it, a Max CPUs line, or a loop over CPUs; zfsobs refuses none for its CPUs."""
+    for name in available():
+        text = source(name)
+        assert "NCPU" not in text and "Max CPUs" not in text and "while ($c" not in text, name
+    assert not hasattr(probes, "max_cpus") and not hasattr(probes, "possible_cpus")
 
 
 def test_no_probe_deletes_a_key_of_a_map_printed_while_probes_run():

@@ -283,7 +283,7 @@ def _probes(args) -> int:
         from zfsobs.sources.dtrace import d_script
         sys.stdout.write(d_script(args.name))
         return 0
-    from zfsobs.sources.bpftrace import bpftrace_path, bpftrace_version
+    from zfsobs.sources.bpftrace_binary import bpftrace_path, bpftrace_version
     from zfsobs.targets.target import resolve
     tracer = bpftrace_path()     # the script as this machine's bpftrace would run it
     rendered = render.render(args.name, resolve(args.target), bpftrace_version(tracer) if tracer else "")

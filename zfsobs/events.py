@@ -65,6 +65,11 @@ class Event:
         return type(self), (self.kind, self.ts, self.fields)
 
 
+def key_values(parts: list[str]) -> dict[str, str]:
+    """The key=value words of a split schema line (after `zfsobs 1 kind ts`), as text."""
+    return dict(p.split("=", 1) for p in parts[4:] if "=" in p)
+
+
 def format_line(kind: str, ts: int, fields: dict) -> str:
     parts = [MAGIC, str(SCHEMA_VERSION), kind, str(int(ts))]
     for key, value in fields.items():

@@ -44,5 +44,5 @@ VDEV_CACHE_COUNTS = ("reads", "read_bytes", "hits", "hit_bytes", "misses", "miss
                      "declined", "declined_bytes")
 VDEV_CACHE = Kind("vdev_cache", ("vd", "gen"), VDEV_CACHE_COUNTS, ())
 
-# the probes that count in map sets today (throttle and vdev_cache still sum per-CPU slots in loops)
-KINDS = {k.probe: k for k in (ZIL,)}
+# the probes that count in map sets
+KINDS = {k.probe: k for k in (ZIL, THROTTLE, VDEV_CACHE)}

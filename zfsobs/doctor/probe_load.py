@@ -22,7 +22,8 @@ import tempfile
 import time
 
 from zfsobs.targets.render import Rendered
-from zfsobs.sources.bpftrace import _BPFTRACE_ENV, _NOISE, _child_setup, run_flags
+from zfsobs.sources.bpftrace_binary import run_flags
+from zfsobs.sources.bpftrace_child import NOISE, bpftrace_env, child_setup
 from zfsobs.targets.target import Target
 
 DRY_RUN = (0, 22)          # the first release with --dry-run
@@ -48,7 +49,7 @@ def how(version: str) -> str:
 
 def reason(stderr: str, code: int | None) -> str:
     """bpftrace's first error line, without the chatter zfsobs ignores when it runs the probes."""
-    lines = [l.strip() for l in stderr.splitlines() if l.strip() and not any(n in l for n in _NOISE)]
+    lines = [l.strip() for l in stderr.splitlines() if l.strip() and not any(n in l for n in NOISE)]
     errors = [l for l in lines if "ERROR" in l or "rror" in l]
     text = (errors or lines or [f"exit status {code}"])[0]
     return text[:300]
@@ -68,11 +69,11 @@ def _script(tmp: str, i: int, rendered: Rendered, target: Target, copies: dict[s
     return path
 
 
-def _start(bpftrace: str, script: str, dry: bool, flags: list[str]) -> subprocess.Popen:
+def _start(bpftrace: str, script: str, dry: bool, flags: list[str], map_keys: int) -> subprocess.Popen:
     cmd = [bpftrace, *flags] + (["--dry-run"] if dry else []) + [script]
     with open(script + ".err", "w") as err:      # a file: a verifier's refusal can be pages long
         return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL,
-                                env=_BPFTRACE_ENV, preexec_fn=_child_setup, start_new_session=True)
+                                env=bpftrace_env(map_keys), preexec_fn=child_setup, start_new_session=True)
 
 
 def _verdict(proc: subprocess.Popen, script: str) -> str:
@@ -99,7 +100,7 @@ def check(bpftrace: str, items: list[tuple[Rendered, Target]], version: str) -> 
             while waiting and len(running) < (os.cpu_count() or 2):
                 i = waiting.pop(0)
                 flags = run_flags(version, items[i][1].kind == "kernel")     # as the probes will run
-                running[i] = (_start(bpftrace, scripts[i], dry, flags), time.monotonic())
+                running[i] = (_start(bpftrace, scripts[i], dry, flags, items[i][0].map_keys), time.monotonic())
             time.sleep(0.05)
             for i, (proc, began) in list(running.items()):
                 if proc.poll() is not None:

@@ -15,7 +15,7 @@ from zfsobs.targets.platforms import uses_dtrace
 from zfsobs.model.vdev_cache import ENABLE_HINT
 from zfsobs.targets.offsets import offsets_origin
 from zfsobs.targets.render import available, render
-from zfsobs.sources.bpftrace import bpftrace_path, bpftrace_version, too_old
+from zfsobs.sources.bpftrace_binary import bpftrace_path, bpftrace_version, too_old
 from zfsobs.targets.target import Target, find_libraries, kernel, libzpool
 
 OK, WARN, BAD = "ok", "warn", "FAIL"

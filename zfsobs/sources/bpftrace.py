@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import platform
 import re
-import resource
 import shutil
 import signal
 import subprocess
@@ -18,24 +17,19 @@ from zfsobs import __version__
 from zfsobs.errors import ZfsobsError
 from zfsobs.events import format_line
 from zfsobs.targets.render import Rendered, render
-from zfsobs.procs import die_with_parent, remove_stale
+from zfsobs.procs import remove_stale
 from zfsobs.signals import stop_pending, whole
 from zfsobs.sources.stop_marker import StopMarker
 from zfsobs.sources.stopping import Stopping
 from zfsobs.targets.target import Target
 from zfsobs.sources.d_slots import DSlots, DumpTotals, dump_totals, wanted as slot_totals
-from zfsobs.sources.end_maps import EndMaps
+from zfsobs.sources.bpftrace_child import NOISE, bpftrace_env, child_setup
 from zfsobs.sources.set_dumps import SetDumps
 from zfsobs.sources.vq_dumps import VqDumps
 from zfsobs.sources.window import restamp, ts_of
-# the binary's own module; its names stay importable from here (doctor, cli, tests)
-from zfsobs.sources.bpftrace_binary import (MIN_BPFTRACE, bpftrace_path, bpftrace_version,  # noqa: F401
-                                            check_tracing, run_flags, too_old)
+from zfsobs.sources.bpftrace_binary import bpftrace_version, check_tracing, run_flags
 
 _LOST_RE = re.compile(r"^Lost (\d+) events")     # stdout up to bpftrace 0.23, stderr from 0.24
-# bpftrace chatter on stderr that is not an error on these machines ("Attached N probes": 0.24+).
-_NOISE = ("couldn't set RLIMIT_MEMLOCK", "Error while reading traceable functions",
-          "WARNING: ", "Attaching ", "Attached ")
 DEFAULT_PROBES = ("txg", "zil", "vdev_queue", "vdev_cache", "throttle")
 # A probe that prints its counts as timed dumps of bpftrace maps (zfsobs/sources/vq_dumps.py), and how long
 # the stop waits at most for dumps that cover it: a set is printed 450 ms after the probes leave it,
@@ -43,8 +37,6 @@ DEFAULT_PROBES = ("txg", "zil", "vdev_queue", "vdev_cache", "throttle")
 _DUMPS, DUMP_DRAIN_S = "zfsobs 1 vq_dump ", 5.0
 # A probe that counts in map sets (zfsobs/sources/set_dumps.py): its dumps are waited for the same way
 _SET_DUMPS = "zfsobs 1 set_dump "
-# A probe whose END prints maps for zfsobs to make its last lines of (zfsobs/sources/end_maps.py)
-_END_MAPS = "zfsobs 1 end_maps "
 # How long the stop waits, from the moment it is asked, for every tracer to detach its probes, run
 # END and exit (its pipes then end); past it one is killed. Measured on 2 cores: 1-5 s quiet, 13-18 s
 # at load 8-10 (bpftrace's uprobe detach; docs/performance.md, "Start and stop"); dtrace prints its
@@ -53,36 +45,8 @@ _END_MAPS = "zfsobs 1 end_maps "
 STOP_WAIT_S = 30.0
 REQUIRED_PROBES = ("txg",)     # the backbone; the others are left out where the target cannot give them
 START_TIMEOUT = float(os.environ.get("ZFSOBS_ATTACH_TIMEOUT") or 60)  # the kernel lab raises it for TCG
-# Per-CPU counter keys (the zil probe) multiply with CPUs and pools: room for 64k keys per map
-# instead of bpftrace's default 4096, past which updates would fail silently. The name changed:
-# MAP_KEYS_MAX up to 0.23, MAX_MAP_KEYS from 0.20 (the only one 0.24+ reads).
-# No ".." after a string cut at its length (0.18+): a long vdev path is printed as str(p, 64) and the
-# rest (docs/bpftrace-versions.md). The default length stays (64 up to 0.22, 1024 from 0.23): 64 on
-# 0.27 puts strings on the BPF stack, past its 512 bytes in txg.bt.
-_BPFTRACE_ENV = dict(os.environ, BPFTRACE_MAP_KEYS_MAX="65536", BPFTRACE_MAX_MAP_KEYS="65536",
-                     BPFTRACE_STR_TRUNC_TRAILER="")
-# The probes read fields by offset, never by BTF type. Yet bpftrace 0.17 looks up every cast's type
-# name (uint64, int32) in vmlinux's BTF and in every module's split BTF, a full scan each that fails:
-# with 50 modules loaded, vdev_queue.bt took 171 s to compile under the kernel lab's TCG (8.5 s with
-# vmlinux's BTF alone). Module BTF stays available to zfsobs itself (offsets._module_btf).
-if os.path.exists("/sys/kernel/btf/vmlinux"):
-    _BPFTRACE_ENV.setdefault("BPFTRACE_BTF", "/sys/kernel/btf/vmlinux")
-
-
 POLL_S = 0.02       # how often poll() looks for lines while none have come
 PREFIX = "zfsobs-probes-"   # the rendered scripts' temp directory, removed once bpftrace has read them
-
-
-def _child_setup() -> None:
-    """In the bpftrace child: die with zfsobs (even on SIGKILL), and allow BPF map memory.
-    SIGKILL, not SIGTERM: bpftrace 0.17 can lose a SIGTERM as it loses a SIGINT (stop_marker.py),
-    and it then outlived zfsobs with its probes attached (CI saw one past 60 s). Nobody is left to
-    read its END lines; the kernel removes its probes as its file descriptors close."""
-    die_with_parent(signal.SIGKILL)
-    try:
-        resource.setrlimit(resource.RLIMIT_MEMLOCK, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-    except (ValueError, OSError):
-        pass
 
 
 class BpftraceSource(Stopping):
@@ -144,9 +108,9 @@ class BpftraceSource(Stopping):
             with whole():     # a Ctrl-C inside Popen would leave a child that close() never sees
                 # errors: a byte that is not UTF-8 (a path, a pool name) becomes U+FFFD, not an
                 # exception that would end that probe's reader thread for good
-                proc = subprocess.Popen(self.command(path), stdout=subprocess.PIPE, env=_BPFTRACE_ENV,
+                proc = subprocess.Popen(self.command(path), stdout=subprocess.PIPE, env=bpftrace_env(r.map_keys),
                                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                                        errors="replace", bufsize=1, preexec_fn=_child_setup,
+                                        errors="replace", bufsize=1, preexec_fn=child_setup,
                                         start_new_session=True)
                 self._procs.append((r.name, proc))
             self._stderr[r.name] = []
@@ -167,9 +131,7 @@ class BpftraceSource(Stopping):
         if _DUMPS in text:
             dumps = self._dumps[name] = VqDumps()
         elif _SET_DUMPS in text:
-            dumps = self._dumps[name] = SetDumps(name)
-        elif _END_MAPS in text:
-            dumps = EndMaps()
+            dumps = self._dumps[name] = SetDumps(name, self._map_keys(name))
         elif slot_totals(text):
             dumps = DSlots()
         for raw in stream:
@@ -177,7 +139,7 @@ class BpftraceSource(Stopping):
             if is_err:
                 if self.lost_re.match(raw):     # bpftrace 0.24+; dtrace's drops
                     self._take_line(name, raw)
-                elif raw.strip() and not any(noise in raw for noise in _NOISE):
+                elif raw.strip() and not any(noise in raw for noise in NOISE):
                     self._stderr[name].append(raw)
                 continue
             for got in (totals.feed(raw) if totals else (raw,)):
@@ -186,6 +148,9 @@ class BpftraceSource(Stopping):
 
     def _text(self, name: str) -> str:
         return next((r.text for r in self.rendered if r.name == name), "")
+
+    def _map_keys(self, name: str) -> int:
+        return next(r.map_keys for r in self.rendered if r.name == name)
 
     def _take_line(self, name: str, line: str) -> None:
         lost = self.lost_re.match(line)

@@ -15,7 +15,7 @@ its last counts were flushed (a flush runs as every txg syncs), so a rise is all
 """
 from __future__ import annotations
 
-from zfsobs.events import format_line
+from zfsobs.events import format_line, key_values
 
 TAG_SHIFT = 40
 VALUE_MASK = (1 << TAG_SHIFT) - 1
@@ -52,7 +52,7 @@ class DSlots:
         kind, maxima, per_cpu = KINDS[parts[2]]
         try:
             ts = int(parts[3])
-            fields = dict(p.split("=", 1) for p in parts[4:])
+            fields = key_values(parts)
             txg = int(fields["txg"])
             key = (parts[2], fields["pool"], fields.get("seg"), *(fields[k] for k in SLOT_KEYS))
             totals = {k: int(v) for k, v in fields.items() if k not in ("pool", "txg", "seg", *SLOT_KEYS)}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import threading
 
-from zfsobs.events import MAGIC, SCHEMA_VERSION, Event, EventLine, event_line, format_line
+from zfsobs.events import MAGIC, SCHEMA_VERSION, Event, EventLine, event_line, format_line, key_values
 
 SLOTS = ("enq", "enq_bytes", "issued", "merged", "aggs", "done", "done_bytes", "wait_ns", "dev_ns",
          "untracked", "untracked_act", "unseen")
@@ -84,7 +84,7 @@ class VqDumps:
         parts = line.split()
         kind = parts[2] if len(parts) > 3 and parts[0] == "zfsobs" else ""
         if kind == "vq_dump":
-            fields = dict(p.split("=", 1) for p in parts[4:])
+            fields = key_values(parts)
             self.dump = {"end": int(fields["end"]), "n": {}, "x": {}, "lim": {}, "lt": {}, "raw": []}
             # probe runs so long (a stalled CPU) that their counts may have missed their dump
             late = int(fields.get("late", 0))
@@ -99,10 +99,10 @@ class VqDumps:
             with self.lock:
                 return self._lines(dump)
         elif kind == "vq_id":
-            fields = dict(p.split("=", 1) for p in parts[4:])
+            fields = key_values(parts)
             self.ident[(int(fields["pid"]), int(fields["vd"], 16), int(fields["gen"]))] = fields
         elif kind == "vq_free":
-            fields = dict(p.split("=", 1) for p in parts[4:])
+            fields = key_values(parts)
             self.freed[(int(fields["pid"]), int(fields["vd"], 16), int(fields["gen"]))] = int(parts[3])
         elif line.strip():
             return [line]

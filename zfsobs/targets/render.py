@@ -7,7 +7,6 @@ A script in probes/linux/ is written once with placeholders:
   OFF(struct.field)        a struct offset for this build (probes/offsets.json "fields")
   CONST(NAME)              a flag value for this build (probes/offsets.json "constants")
   GLOBAL(symbol)           the run-time address of a ZFS global (a tunable); only in ENTRY() probes
-  NCPU                     the number of possible CPUs (per-CPU counters never race)
   ADD / TOP / EPOCH; and `// each SET in sets`   counting in map sets (zfsobs/targets/sets.py,
                            probes/linux/sets.btm), slots from the probe's field table
   CREATE_SUM(@map[key]);   the key of a sum() map made with a 0 first, on the bpftrace versions that
@@ -20,12 +19,13 @@ A statement whose OFF() this build lacks is replaced by the statement after its
 A probe block on a function the target lacks is left out, unless the header lists it under
 "Requires:", which makes the whole script unavailable on that target (its "Absent:" line says
 why, if the feature is gone from later releases); so does an offset listed under "Requires offsets:"
-that this build lacks.
+that this build lacks. The header's "Map keys: N" sizes each of the script's maps (MAP_KEYS
+without one): bpftrace makes every map that large, and a per-CPU one (sum(), max()) takes
+N x 8 bytes on each possible CPU (docs/performance.md, "Memory").
 """
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from dataclasses import dataclass, field
 
@@ -48,6 +48,9 @@ _CREATE_SUM_RE = re.compile(r"^(\s*)CREATE_SUM\((@\w+\[.*\])\);\n", re.M)
 # 0.23.3 and 0.24: Debian 13 ships 0.23.2). A 0 written first makes the key either way: the sum then
 # finds it and adds in place. Seen: one I/O's entry lost per vdev in CI's 2.4.4 guest (2026-11-27).
 _SUM_LOST_FROM, _SUM_LOST_TO = (0, 20, 0), (0, 23, 3)
+# the keys of a probe's maps without a Map keys line: room for 64k in-flight I/Os (vdev_queue's)
+# instead of bpftrace's default 4096, past which updates fail
+MAP_KEYS = 65536
 
 
 def available(platform: str = "linux") -> list[str]:
@@ -81,19 +84,10 @@ def _header_list(text: str, name: str) -> list[str]:
     return header(text, name).replace(",", " ").split()
 
 
-def max_cpus(text: str) -> int | None:
-    """The most possible CPUs a probe's per-CPU sums pass the BPF verifier with (its Max CPUs line)."""
-    match = re.search(r"^\s*\*\s*Max CPUs:\s*(\d+)", text, re.M)
-    return int(match.group(1)) if match else None
-
-
-def possible_cpus() -> int:
-    """CPUs the kernel may ever bring up (per-CPU keys must cover hotplugged ones too)."""
-    try:
-        with open("/sys/devices/system/cpu/possible") as f:
-            return int(f.read().strip().split(",")[-1].split("-")[-1]) + 1
-    except (OSError, ValueError):
-        return os.cpu_count() or 1
+def map_keys(text: str) -> int:
+    """The keys each map of a probe holds (its Map keys line, else MAP_KEYS)."""
+    match = re.search(r"^\s*\*\s*Map keys:\s*(\d+)", text, re.M)
+    return int(match.group(1)) if match else MAP_KEYS
 
 
 def _expand_macros(text: str) -> str:
@@ -118,6 +112,7 @@ class Rendered:
     sha256: str                                     # of the source script, for capture headers
     functions: list[str] = field(default_factory=list)   # attached
     dropped: list[str] = field(default_factory=list)     # what this target cannot give
+    map_keys: int = MAP_KEYS                        # each map's size (the Map keys header)
 
 
 def version_tuple(version: str) -> tuple[int, int, int]:
@@ -157,13 +152,6 @@ def render(name: str, target: Target, bpftrace: str = "") -> Rendered:
     if missing_offsets:
         raise ZfsobsError(f"probe {name}: struct layout of {target.name} unknown "
                           f"({', '.join(missing_offsets)}); the metric cannot be traced here")
-    ncpu = str(possible_cpus())
-    limit = max_cpus(text)
-    if limit is not None and int(ncpu) > limit:
-        # bpftrace would only say "Error loading program" after seconds of verifying
-        raise ZfsobsError(f"probe {name}: this machine has {ncpu} possible CPUs, and the probe sums its "
-                          f"per-CPU counters in a loop the kernel's BPF verifier passes for at most {limit} "
-                          f"(docs/performance.md, 'CPU count'); the metric cannot be traced on this machine")
     out, dropped, attached = [], [], []
     for block in _blocks(create_sums(expand_sets(_expand_macros(text), kind_of(name)), bpftrace)):
         probe = _PROBE_RE.search(block[0]) if block else None
@@ -192,10 +180,9 @@ def render(name: str, target: Target, bpftrace: str = "") -> Rendered:
             line = _GLOBAL_RE.sub(lambda m: addresses[m.group(1)], line)
             line = _PROBE_RE.sub(lambda m: (target.entry if m.group(1) == "ENTRY" else target.ret)(m.group(2)), line)
             line = re.sub(r"\bPROC\b", target.proc, line)
-            line = re.sub(r"\bNCPU\b", ncpu, line)
             line = re.sub(r"\bTARGET\b", target.kind, line)
             out.append(line)
-    return Rendered(name, target, "\n".join(out) + "\n", digest, sorted(set(attached)), dropped)
+    return Rendered(name, target, "\n".join(out) + "\n", digest, sorted(set(attached)), dropped, map_keys(text))
 
 
 def _blocks(text: str) -> list[list[str]]:
