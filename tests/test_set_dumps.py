@@ -34,7 +34,7 @@ def test_set_dumps_make_open_final_and_late_lines_by_one_rule():
     # a second dump 0.5 s later: counted, not shown yet (once a second)
     assert feed(_dump(ns + ns // 2, {(0, spa, 41, "commits"): 2, (0, spa, 41, "lat_max_ns"): 400})) == []
     # the close, not yet covered by a dump; then the dump that covers it: final lines at the close's time
-    assert feed([f"zfsobs 1 set_close {2 * ns} pool=tank pid=0 spa={hex(spa)} txg=41"]) == []
+    assert feed([f"zfsobs 1 set_close {2 * ns} pid=0 spa={hex(spa)} txg=41"]) == []
     got = feed(_dump(2 * ns + 1, {(0, spa, 42, "commits"): 1}))
     final = [e for e in got if e.kind == "zil" and e.fields["txg"] == 41]
     assert [(e.ts, e.fields["final"], e.fields["commits"], e.fields["lat_max_ns"]) for e in final] == [(2 * ns, 1, 5, 900)]
@@ -54,9 +54,9 @@ def test_set_dumps_say_what_they_could_not_keep():
     after its final lines is lost too (cause=late), never a wrong total."""
     spa, ns = (1 << 64) - 4096, 10**9
     sd, parser = SetDumps("zil", 16), Parser()
-    lines = [f"zfsobs 1 set_close {ns} pool=tank pid=0 spa={hex(spa)} txg=1"] + _dump(2 * ns, {(0, spa, 1, "commits"): 1})
+    lines = [f"zfsobs 1 set_close {ns} pid=0 spa={hex(spa)} txg=1"] + _dump(2 * ns, {(0, spa, 1, "commits"): 1})
     for t in range(2, 2 + set_dumps.KEEP_FINAL):
-        lines.append(f"zfsobs 1 set_close {ns * t + 1} pool=tank pid=0 spa={hex(spa)} txg={t}")
+        lines.append(f"zfsobs 1 set_close {ns * t + 1} pid=0 spa={hex(spa)} txg={t}")
     lines += _dump(199 * ns, {}) + _dump(200 * ns, {(0, spa, 1, "commits"): 1})
     lost = [parser.parse(x) for line in lines for x in sd.feed(line)]
     lost = [e for e in lost if e.kind == "lost"]
@@ -68,7 +68,7 @@ def test_set_dumps_say_what_they_could_not_keep():
 
 def test_throttle_lines_come_as_a_txg_closes_and_a_late_one_carries_what_they_missed():
     """txg_thr lines add up (the D twin's do too): the final line has the txg's counts as it closed,
-    with the tunables of its thr_tun line; a late count comes as late=1 with only what the line
+    with the tunables of its close line; a late count comes as late=1 with only what the line
     missed; no line while the txg is open, but at the stop."""
     spa, ns = (1 << 64) - 8192, 10**9
     sd, parser = SetDumps("throttle", 4096), Parser()
@@ -79,8 +79,7 @@ def test_throttle_lines_come_as_a_txg_closes_and_a_late_one_carries_what_they_mi
     assert feed([f"zfsobs 1 set_pool 5 pid=7 spa={hex(spa)} pool=tank"]) == []
     assert feed(_dump(ns, {(7, spa, 9, "delays"): 2, (7, spa, 9, "delay_ns"): 50, (7, spa, 9, "dirty_max"): 900,
                            (7, spa, 9, "d1"): 2}, THROTTLE)) == []
-    assert feed([f"zfsobs 1 set_close {2 * ns} pid=7 spa={hex(spa)} txg=9 pool=tank",
-                 f"zfsobs 1 thr_tun {2 * ns} pid=7 spa={hex(spa)} txg=9 dirty_data_max=4096 delay_min_pct=60 "
+    assert feed([f"zfsobs 1 set_close {2 * ns} pid=7 spa={hex(spa)} txg=9 dirty_data_max=4096 delay_min_pct=60 "
                  "delay_scale=500000"]) == []
     got = feed(_dump(2 * ns, {(7, spa, 9, "delays"): 1, (7, spa, 9, "delay_ns"): 5, (7, spa, 10, "waits"): 1}, THROTTLE))
     assert [(e.ts, e.fields["txg"], e.fields["late"], e.fields["delays"], e.fields["delay_ns"], e.fields["d1"],

@@ -26,6 +26,15 @@ DISTROS = {"bookworm": "Debian 12: kernel 6.1, OpenZFS 2.1.11, bpftrace 0.17",
 IMAGES = (("bookworm", "stock"), ("bookworm", "btf"), ("trixie", "stock"), ("trixie-backports", "stock"),
           ("sid", "stock"))
 GUEST_LAYOUTS = "/var/cache/zfsobs/layouts"    # zfsobs/targets/layouts.py's cache, the host's cache_dir()/layouts
+# a guest's memory, and per possible CPU it is given past its vCPUs (lab --kernel --possible-cpus): the
+# kernel's per-CPU areas (~0.3 MiB a CPU at boot) and the default probes' per-CPU maps (~6.5 MiB a
+# CPU, vdev_queue's 6 of it: docs/performance.md, "CPU count and memory")
+GUEST_MIB, PER_CPU_MIB = 2048, 8
+
+
+def guest_memory(possible_cpus: int | None) -> str:
+    """qemu's -m for a guest with that many possible CPUs (None: its vCPUs only)."""
+    return f"{GUEST_MIB + PER_CPU_MIB * (possible_cpus or 0)}M"
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,9 @@ from pathlib import Path
 
 from zfsobs.errors import ZfsobsError
 from zfsobs.procs import remove_stale
-from zfsobs.labs.guest import (BUILDER, GUEST_LAYOUTS, POOL, PROJECT, cache_dir, ensure_image, image_dir,
-                                 parse_layout, parse_module_options, parse_size, parse_workload, probe_accel,
-                                 setup_script)
+from zfsobs.labs.guest import (BUILDER, GUEST_LAYOUTS, POOL, PROJECT, cache_dir, ensure_image, guest_memory,
+                                 image_dir, parse_layout, parse_module_options, parse_size, parse_workload,
+                                 probe_accel, setup_script)
 from zfsobs.procs import die_with_parent, stop
 from zfsobs.targets.cache_files import private_dir
 from zfsobs.signals import Terminated, whole
@@ -66,7 +66,7 @@ class KernelLab:
     """One guest run. run() returns CMD's exit status; raises ZfsobsError when the guest fails."""
 
     def __init__(self, command: list[str], layout: str = "mirror-log", disk_size: str = "2G",
-                 timeout: float = DEFAULT_TIMEOUT, console: bool = False, memory: str = "2G",
+                 timeout: float = DEFAULT_TIMEOUT, console: bool = False, memory: str | None = None,
                  options: list[str] = (), shares: list[str] = (), workload: str = "mix", btf: bool = False,
                  distro: str = "bookworm", possible_cpus: int | None = None):
         if not command:
@@ -79,12 +79,12 @@ class KernelLab:
         self.disk_size = parse_size(disk_size)
         self.timeout = timeout
         self.console = console
-        self.memory = memory
         self.flavour = "btf" if btf else "stock"
         self.distro = distro
         if possible_cpus is not None and not 2 <= possible_cpus <= NR_CPUS:
             raise ZfsobsError(f"lab --kernel: --possible-cpus {possible_cpus}: from 2 to {NR_CPUS}")
         self.possible_cpus = possible_cpus
+        self.memory = memory or guest_memory(possible_cpus)
         image_dir(flavour=self.flavour, distro=distro)      # a wrong pair is an error before anything starts
         self.accel, self.accel_why = probe_accel()
         self.dir: Path | None = None

@@ -90,6 +90,7 @@ class SetDumps:
             pid = int(f.get("pid", 0))
             if kind == self.stream.close:
                 key = (pid, *(_int(f[k]) for k in self.kind.keys))
+                self._note((kind, *key), f)
                 if key not in self.done:
                     self.closing[key] = int(parts[3])
                 return self._lines() if self.closing.get(key, 1 << 63) <= self.end else []

@@ -28,7 +28,7 @@ class Counts:
 @dataclass(frozen=True)
 class Stream:
     kind: Kind
-    close: str                          # the probe's line that ends a key's counting
+    close: str                          # the probe's line that ends a key's counting (a note too)
     notes: dict                         # the probe's other lines -> the key fields they are kept by
     open_lines: bool                    # an open key's lines at most once a second (else at the stop)
     late_lines: bool                    # a count after a key's close makes its lines again (else: lost)
@@ -59,7 +59,7 @@ _THR_TUNABLES = ("dirty_data_max", "delay_min_pct", "delay_scale")
 def _throttle(c: Counts) -> list[str]:
     (pid, spa, txg), v = c.key, c.values
     d = {n: v[n] - c.before.get(n, 0) for n in _THR_SUMS}
-    tun = c.notes("thr_tun", c.key)
+    tun = c.notes("set_close", c.key)
     return [format_line("txg_thr", c.ts, {
         "pool": c.notes("set_pool", (pid, spa)).get("pool", "?"), "pid": pid, "txg": txg,
         "late": int(c.final == 2), "dirty_max": v["dirty_max"], **{n: tun.get(n, -1) for n in _THR_TUNABLES},
@@ -81,7 +81,7 @@ STREAMS = {
                   {"zil": _TXG_HEAD + ("commits", "lat_ns", "lat_max_ns") + ZIL_COUNTS,
                    "zil_itx": _TXG_HEAD + ZIL_ITX,
                    "zil_lat": _TXG_HEAD + ("seg",) + tuple(f"b{i}" for i in range(ZIL_LAT_SEGMENT))}, _zil),
-    "throttle": Stream(THROTTLE, "set_close", {"set_pool": ("spa",), "thr_tun": ("spa", "txg")}, False, True,
+    "throttle": Stream(THROTTLE, "set_close", {"set_pool": ("spa",)}, False, True,
                        {"txg_thr": ("pool", "pid", "txg", "late", "dirty_max") + _THR_TUNABLES
                         + ("delays", "delay_ns", "delay_max_ns") + THROTTLE_BY_TIME + ("waits", "wait_ns")},
                        _throttle),

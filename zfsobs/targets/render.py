@@ -21,7 +21,7 @@ A probe block on a function the target lacks is left out, unless the header list
 why, if the feature is gone from later releases); so does an offset listed under "Requires offsets:"
 that this build lacks. The header's "Map keys: N" sizes each of the script's maps (MAP_KEYS
 without one): bpftrace makes every map that large, and a per-CPU one (sum(), max()) takes
-N x 8 bytes on each possible CPU (docs/performance.md, "Memory").
+N x 8 bytes on each possible CPU (docs/performance.md, "CPU count and memory").
 """
 from __future__ import annotations
 
