@@ -7,11 +7,12 @@ from collections import deque
 from dataclasses import dataclass, fields
 
 from zfsobs.events import Event
+from zfsobs.fields import THROTTLE_BINS
 from zfsobs.model.stats import summary
 
 WINDOW_NS = 60 * 10**9     # statistics cover the last minute of syncs
 KEEP = 5000                # rows kept per pool (a report hands older ones to its ledger)
-DELAY_BUCKETS = 6          # txg_thr's d0..d5: decades from < 10 us to >= 100 ms
+DELAY_BUCKETS = THROTTLE_BINS    # txg_thr's d0..d5: decades from < 10 us to >= 100 ms
 PENDING = 64               # txg_thr lines kept for a txg row not yet seen (the txg line comes later)
 # (row field, txg_thr field, how lines add up)
 THROTTLE_FIELDS = (("dirty_max", "dirty_max", "max"), ("delay_count", "delays", "sum"), ("delay_ns", "delay_ns", "sum"),

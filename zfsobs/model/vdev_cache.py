@@ -14,10 +14,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from zfsobs.events import Event
+from zfsobs.fields import VDEV_CACHE_COUNTS as COUNTERS
 from zfsobs.model.cumulative import value_at
-
-COUNTERS = ("reads", "read_bytes", "hits", "hit_bytes", "misses", "miss_bytes", "fill_bytes",
-            "declined", "declined_bytes")
 KEEP_NS = 600 * 10**9
 PRUNE_NS = 10 * 10**9     # live: how often vdevs idle for KEEP_NS are forgotten
 ENABLE_HINT = ("set zfs_vdev_cache_size (bytes per leaf vdev; kernel: at module load, "

@@ -15,13 +15,12 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 
 from zfsobs.events import Event
+from zfsobs.fields import ZIL_COUNTS, ZIL_ITX, ZIL_LAT_BUCKETS, ZIL_LAT_SEGMENT
 
-COUNTERS = ("commits", "lat_ns", "itxs", "itx_bytes", "writes", "write_bytes", "copied", "copied_bytes",
-            "needcopy", "needcopy_bytes", "indirect", "indirect_bytes", "lwbs", "nused", "size",
-            "lwb_le4k", "lwb_4to32k", "lwb_ge32k")
-ITX_TYPES = 26           # tx0..tx24 and txother
-LAT_BUCKETS = 50         # two zil_lat segments of 25
-SEGMENT = 25
+COUNTERS = ("commits", "lat_ns") + ZIL_COUNTS       # the zil line's sums (zfsobs/fields.py)
+ITX_TYPES = len(ZIL_ITX)        # tx0..tx24 and txother
+LAT_BUCKETS = ZIL_LAT_BUCKETS   # two zil_lat segments of 25
+SEGMENT = ZIL_LAT_SEGMENT
 FLOW_KEEP_NS = 600 * 10**9
 ORDER_NS = 10 * 10**9     # how far out of time order a ZIL line may arrive (the flow's walk back)
 KEEP = 5000              # rows kept per pool (a report hands older ones to its ledger)
