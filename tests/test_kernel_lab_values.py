@@ -108,6 +108,8 @@ def test_possible_cpus_reach_the_kernel_command_line_or_qemus_smp(kernel, append
         argv = lab._prepare(img)
         cmdline = argv[argv.index("-append") + 1]
         assert argv[argv.index("-smp") + 1] == smp
+        # room for the probes' per-CPU maps on every possible CPU (docs/performance.md)
+        assert argv[argv.index("-m") + 1] == f"{2048 + 8 * 1024}M"
         assert cmdline.endswith("modprobe.blacklist=kvm,kvm_amd,kvm_intel" + append)
         assert "ZFSOBS_KLAB_POSSIBLE_CPUS=1024\n" in (lab.dir / "ctl" / "env").read_text()
     finally:
@@ -122,6 +124,7 @@ def test_without_possible_cpus_the_guest_has_its_vcpus_only(tmp_path, monkeypatc
     try:
         argv = lab._prepare(tmp_path / "img")
         assert argv[argv.index("-smp") + 1] == "2" and "possible_cpus" not in argv[argv.index("-append") + 1]
+        assert argv[argv.index("-m") + 1] == "2048M"
         assert "POSSIBLE_CPUS" not in (lab.dir / "ctl" / "env").read_text()
     finally:
         lab.stop()
