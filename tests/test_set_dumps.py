@@ -116,3 +116,16 @@ def test_vdev_cache_lines_are_cumulative_per_incarnation_and_end_at_vdev_free():
         [(2 * ns, 1, 5, 77), (2 * ns + 10, 0, 2, 78)]
     got = feed(_dump(3 * ns + 10, {(3, vd, 0, "reads"): 1}, VDEV_CACHE))
     assert [(e.kind, e.fields.get("cause")) for e in got] == [("lost", "late")]
+
+
+def test_a_late_count_to_a_txg_that_closed_with_none_makes_its_lines():
+    """A txg whose only count came after its close (a probe read it open, counted a moment later)
+    has no final lines; its late count makes them (zil final=2, the throttle's late=1), never lost."""
+    spa, ns = (1 << 64) - 4096, 10**9
+    for probe, kind, field, check in (("zil", ZIL, "commits", ("final", 2)), ("throttle", THROTTLE, "delays", ("late", 1))):
+        sd, parser = SetDumps(probe, 4096), Parser()
+        lines = [f"zfsobs 1 set_close {ns} pid=0 spa={hex(spa)} txg=5"] + _dump(2 * ns, {}, kind) + \
+            _dump(3 * ns, {(0, spa, 5, field): 1}, kind)
+        got = [parser.parse(x) for line in lines for x in sd.feed(line)]
+        assert [(e.fields["txg"], e.fields[check[0]], e.fields[field]) for e in got if e.kind in ("zil", "txg_thr")] == \
+            [(5, check[1], 1)], probe

@@ -119,11 +119,11 @@ class SetDumps:
         late_gone = 0
         for which, entries in (("n", dump["n"]), ("x", dump["x"])):
             for key, slots in entries.items():
-                if key not in self.sums and (key in self.done or key[2] <= self.forgotten.get(key[:2], -1)):
-                    late_gone += 1      # counted after its final lines were made and forgotten
-                    continue
                 if key in self.done and not self.stream.late_lines:
                     late_gone += 1      # a count this probe's keys cannot have after their close
+                    continue
+                if key not in self.sums and key not in self.done and key[2] <= self.forgotten.get(key[:2], -1):
+                    late_gone += 1      # counted after its final lines were made and forgotten
                     continue
                 sums = self.sums.setdefault(key, [0] * nsum)
                 tops = self.tops.setdefault(key, [0] * ntop)
