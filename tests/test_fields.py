@@ -28,12 +28,18 @@ def test_no_probe_writes_a_set_maps_slot_by_hand():
             assert "(uint32)" not in text, name
 
 
+def test_vdev_queue_names_each_slot_it_writes():
+    """vdev_queue keeps its own six sets, but writes a slot as SLOT(field), from the same table."""
+    text = source("vdev_queue")
+    assert re.findall(r"\$[sk] = SLOT\(", text) and not re.search(r"\$[sk] = (?:\(u?int64\))?\d+;", text)
+
+
 def test_no_python_file_indexes_counters_by_a_slot_number():
     """Python reads a slot through its kind's table (Kind.slot, its sums and tops), never as a number
     of its own: no stride, no `slot == N`, no `sums[N]`."""
     for path in (ROOT / "zfsobs").rglob("*.py"):
         text = path.read_text()
-        assert not re.search(r"\b(?:sums|tops|slots)\[\d+\]|\bslot\s*==\s*\d+|_STRIDE\b", text), path
+        assert not re.search(r"\b(?:sums|tops|slots)\[\d+\]|\bslot\s*==\s*\d+|_STRIDE\b|\bget\(\d+, 0\)", text), path
 
 
 def test_the_models_count_the_tables_fields():

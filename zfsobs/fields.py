@@ -44,5 +44,22 @@ VDEV_CACHE_COUNTS = ("reads", "read_bytes", "hits", "hit_bytes", "misses", "miss
                      "declined", "declined_bytes")
 VDEV_CACHE = Kind("vdev_cache", ("vd", "gen"), VDEV_CACHE_COUNTS, ())
 
-# the probes that count in map sets
-KINDS = {k.probe: k for k in (ZIL, THROTTLE, VDEV_CACHE)}
+# vdev_queue keeps its own six sets (probes/linux/vdev_queue_sets.btm, zfsobs/sources/vq_dumps.py) and
+# takes its slots from here by name (SLOT(name) in the script): its counts per (vdev, generation << 4 |
+# class), the depth bookkeeping, and the two latency histograms, at the slots the D twin also writes
+VQ_BUCKETS = 24             # b0 < 2.048 us, bN = [1.024 us * 2^N, ...), b23 >= 8.6 s
+VQ_COUNTS = ("enq", "enq_bytes", "issued", "merged", "aggs", "done", "done_bytes", "wait_ns", "dev_ns",
+             "untracked", "untracked_act", "unseen")
+VQ_DEPTH = ("pend", "act", "pend_us", "act_us", "pend_gone_ns", "act_gone_ns")
+
+
+def _unused(first: int, end: int) -> tuple[str, ...]:
+    return tuple(f"unused{i}" for i in range(first, end))
+
+
+VDEV_QUEUE = Kind("vdev_queue", ("vd", "gc"), VQ_COUNTS + VQ_DEPTH + _unused(18, 32)
+                  + tuple(f"wait_b{b}" for b in range(VQ_BUCKETS)) + _unused(56, 64)
+                  + tuple(f"dev_b{b}" for b in range(VQ_BUCKETS)), ("pend_max", "act_max"))
+
+# the probes whose slots come from here
+KINDS = {k.probe: k for k in (ZIL, THROTTLE, VDEV_CACHE, VDEV_QUEUE)}

@@ -4,6 +4,7 @@
   SETS                                  the number of sets
   ADD(k1, k2, field, value);            field of (k1, k2) grows by value, in the set $ep
   TOP(k1, k2, field, value);            field of (k1, k2) is at least value, in the set $ep
+  SLOT(f)                               field f's slot number (vdev_queue's own sets)
 A field is a name of the probe's table, or `name + expression` (the slot that many after it); its
 slot number comes from the table and nowhere else. A probe without maxima has no @x lines.
 """
@@ -19,6 +20,7 @@ _EACH_RE = re.compile(r"^[ \t]*// each SET in sets\n(.*?)^[ \t]*// end each\n", 
 _SET_RE = re.compile(r"SET(?![A-Za-z_])")
 _CALL_RE = re.compile(r"^([ \t]*)(ADD|TOP)\((.*)\);[ \t]*$", re.M)
 _FIELD_RE = re.compile(r"^\s*(\w+)\s*(?:\+\s*(.+?))?\s*$")
+_SLOT_RE = re.compile(r"\bSLOT\((\w+)\)")
 
 
 def kind_of(name: str) -> Kind | None:
@@ -28,12 +30,20 @@ def kind_of(name: str) -> Kind | None:
 def expand(text: str, kind: Kind | None) -> str:
     """`text` with its sets written out (unchanged if it uses none)."""
     if kind is None:
-        if _CALL_RE.search(text) or _EACH_RE.search(text):
+        if _CALL_RE.search(text) or _EACH_RE.search(text) or _SLOT_RE.search(text):
             raise ZfsobsError("a probe that counts in map sets needs a field table (zfsobs/fields.py)")
         return text
+    text = _SLOT_RE.sub(lambda m: str(_slot(kind, m.group(1))[1]), text)
     text = _EACH_RE.sub(lambda m: _each(m.group(1), kind), text)
     text = re.sub(r"\bSETS\b", str(SETS), text)
     return _CALL_RE.sub(lambda m: _call(m.group(1), m.group(2), m.group(3), kind), text)
+
+
+def _slot(kind: Kind, name: str) -> tuple[str, int]:
+    try:
+        return kind.slot(name)
+    except KeyError as exc:
+        raise ZfsobsError(str(exc.args[0])) from None
 
 
 def _each(body: str, kind: Kind) -> str:
@@ -60,7 +70,7 @@ def slot_expr(kind: Kind, field: str, want: str) -> str:
     m = _FIELD_RE.match(field)
     if not m:
         raise ZfsobsError(f"{kind.probe}: no field in {field!r}")
-    which, index = kind.slot(m.group(1))
+    which, index = _slot(kind, m.group(1))
     if which != want:
         raise ZfsobsError(f"{kind.probe}: {m.group(1)} is a {'sum' if which == 'n' else 'maximum'}")
     return f"(uint64)({index} + {m.group(2)})" if m.group(2) else f"(uint64){index}"
