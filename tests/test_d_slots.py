@@ -97,6 +97,8 @@ def test_other_lines_pass_and_a_damaged_slot_line_is_left_for_the_parser():
     assert slots.feed(final) == [final] and slots.feed("") == []
     bad = "zfsobs 1 zil_c 7 pool=tank spa=1 slot=4 txg=x commits=1"
     assert slots.feed(bad) == [bad]
+    stray = "zfsobs 1 zil_c 7 pool=tank spa=1 slot=4 txg=9 commits=1 torn"     # a word that is no field
+    assert slots.feed(stray) == [stray]
 
 
 def test_vq_dumps_of_totals_become_dumps_of_what_moved():

@@ -129,3 +129,19 @@ def test_a_late_count_to_a_txg_that_closed_with_none_makes_its_lines():
         got = [parser.parse(x) for line in lines for x in sd.feed(line)]
         assert [(e.fields["txg"], e.fields[check[0]], e.fields[field]) for e in got if e.kind in ("zil", "txg_thr")] == \
             [(5, check[1], 1)], probe
+
+
+def test_a_pools_name_outlives_any_number_of_its_txgs():
+    """A txg's close is kept with the txg, apart from the pool's name: a long-lived pool (the
+    kernel's, a txg every few seconds for days) keeps its name on every line however many txgs close."""
+    spa, ns = (1 << 64) - 4096, 10**9
+    sd, parser = SetDumps("throttle", 4096), Parser()
+    sd.feed(f"zfsobs 1 set_pool 1 pid=0 spa={hex(spa)} pool=tank")
+    for t in range(1, set_dumps.KEEP_NOTES + 10):
+        sd.feed(f"zfsobs 1 set_close {t * ns} pid=0 spa={hex(spa)} txg={t} dirty_data_max=9 delay_min_pct=60 "
+                "delay_scale=500000")
+    got = [parser.parse(x) for line in _dump(10**6 * ns, {(0, spa, 10**5, "delays"): 1}, THROTTLE)
+           for x in sd.feed(line)]
+    got += [parser.parse(x) for x in sd.flush()]
+    assert [(e.fields["pool"], e.fields["txg"]) for e in got] == [("tank", 10**5)]
+    assert len(sd.closes) == len(sd.done) == set_dumps.KEEP_FINAL     # kept no longer than its txg

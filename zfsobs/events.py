@@ -65,8 +65,11 @@ class Event:
         return type(self), (self.kind, self.ts, self.fields)
 
 
-def key_values(parts: list[str]) -> dict[str, str]:
-    """The key=value words of a split schema line (after `zfsobs 1 kind ts`), as text."""
+def key_values(parts: list[str], strict: bool = False) -> dict[str, str]:
+    """The key=value words of a split schema line (after `zfsobs 1 kind ts`), as text. A word without
+    `=` is skipped, or with `strict` a ValueError (the line is not what its kind says)."""
+    if strict:
+        return dict(p.split("=", 1) for p in parts[4:])
     return dict(p.split("=", 1) for p in parts[4:] if "=" in p)
 
 

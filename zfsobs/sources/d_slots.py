@@ -52,7 +52,7 @@ class DSlots:
         kind, maxima, per_cpu = KINDS[parts[2]]
         try:
             ts = int(parts[3])
-            fields = key_values(parts)
+            fields = key_values(parts, strict=True)
             txg = int(fields["txg"])
             key = (parts[2], fields["pool"], fields.get("seg"), *(fields[k] for k in SLOT_KEYS))
             totals = {k: int(v) for k, v in fields.items() if k not in ("pool", "txg", "seg", *SLOT_KEYS)}

@@ -22,7 +22,7 @@ import threading
 from collections import OrderedDict
 
 from zfsobs.events import format_line, key_values
-from zfsobs.sources.set_lines import OWN, STREAMS, Counts  # noqa: F401  (OWN: the tests' and sources')
+from zfsobs.sources.set_lines import OWN, STREAMS, Counts
 
 MASK = (1 << 64) - 1
 EMIT_NS = 1_000_000_000       # an open key's lines at most this often
@@ -44,6 +44,7 @@ class SetDumps:
         self.tops: dict[tuple, list[int]] = {}      # (pid, k1, k2) -> maxima
         self.sent: dict[tuple, dict] = {}           # key -> the values its last lines carried
         self.notes: OrderedDict[tuple, dict] = OrderedDict()   # (line kind, pid, keys...) -> fields
+        self.closes: dict[tuple, dict] = {}         # key -> its close line's fields, while it is kept
         self.closing: dict[tuple, int] = {}         # closed, final lines not yet made: key -> close ts
         self.done: OrderedDict[tuple, int] = OrderedDict()    # final lines made: key -> close ts
         self.forgotten: OrderedDict[tuple, int] = OrderedDict()   # (pid, k1) -> last k2 forgotten
@@ -90,7 +91,7 @@ class SetDumps:
             pid = int(f.get("pid", 0))
             if kind == self.stream.close:
                 key = (pid, *(_int(f[k]) for k in self.kind.keys))
-                self._note((kind, *key), f)
+                self.closes[key] = f
                 if key not in self.done:
                     self.closing[key] = int(parts[3])
                 return self._lines() if self.closing.get(key, 1 << 63) <= self.end else []
@@ -108,6 +109,8 @@ class SetDumps:
             self.notes.popitem(last=False)
 
     def _noted(self, kind: str, key: tuple) -> dict:
+        if kind == self.stream.close:       # a key's own, kept as long as the key (a txg each)
+            return self.closes.get(key, {})
         return self.notes.get((kind, *key), {})
 
     def _add(self, dump: dict) -> list[str]:
@@ -171,7 +174,7 @@ class SetDumps:
         self.forgotten.move_to_end(old[:2])
         while len(self.forgotten) > KEEP_NOTES:
             self.forgotten.popitem(last=False)
-        for kept in (self.sums, self.tops, self.sent):
+        for kept in (self.sums, self.tops, self.sent, self.closes):
             kept.pop(old, None)
 
     def _key_lines(self, key: tuple, ts: int, final: int) -> list[str]:

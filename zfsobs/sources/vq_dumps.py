@@ -90,7 +90,7 @@ class VqDumps:
         parts = line.split()
         kind = parts[2] if len(parts) > 3 and parts[0] == "zfsobs" else ""
         if kind == "vq_dump":
-            fields = key_values(parts)
+            fields = key_values(parts, strict=True)
             self.dump = {"end": int(fields["end"]), "n": {}, "x": {}, "lim": {}, "lt": {}, "raw": []}
             # probe runs so long (a stalled CPU) that their counts may have missed their dump
             late = int(fields.get("late", 0))
@@ -105,10 +105,10 @@ class VqDumps:
             with self.lock:
                 return self._lines(dump)
         elif kind == "vq_id":
-            fields = key_values(parts)
+            fields = key_values(parts, strict=True)
             self.ident[(int(fields["pid"]), int(fields["vd"], 16), int(fields["gen"]))] = fields
         elif kind == "vq_free":
-            fields = key_values(parts)
+            fields = key_values(parts, strict=True)
             self.freed[(int(fields["pid"]), int(fields["vd"], 16), int(fields["gen"]))] = int(parts[3])
         elif line.strip():
             return [line]
