@@ -29,7 +29,7 @@ def test_no_probe_writes_a_set_maps_slot_by_hand():
 
 
 def test_vdev_queue_names_each_slot_it_writes():
-    """vdev_queue keeps its own six sets, but writes a slot as SLOT(field), from the same table."""
+    """vdev_queue keeps its own map sets, but writes a slot as SLOT(field), from the same table."""
     text = source("vdev_queue")
     assert re.findall(r"\$[sk] = SLOT\(", text) and not re.search(r"\$[sk] = (?:\(u?int64\))?\d+;", text)
 

@@ -7,8 +7,8 @@ A real lab run, its vdev_queue bpftrace starved: stopped, then let run 3 ms in e
 The probes go back to a set only once bpftrace has cleared it (probes/linux/vdev_queue.bt), so they
 are held on their set instead, and no depth change is lost: at each vdev's last line before ZFS
 frees it (idle), the time still counted in flight is at most its depth times the longest device
-(or queue) time it had, plus a turn of the six sets (3 s: a completion's -1 can sit in a set
-printed after the line). A lost +1 or -1 breaks that for ever: the probe of a09c503 left an active
+(or queue) time it had, plus a turn of the map sets (1.5 s with three: a completion's -1 can sit in
+a set printed after the line). A lost +1 or -1 breaks that for ever: the probe of a09c503 left an active
 depth stuck at 1, 946 s in flight on a vdev whose I/Os took ms."""
 from __future__ import annotations
 
@@ -26,11 +26,12 @@ from test_lab_faults import probe_pids
 from zfsobs.capture import read_capture
 from zfsobs.events import Parser, parse_all
 from zfsobs.model.vdev_queue import lat_bounds
+from zfsobs.targets.sets import SETS
 
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(bool(lab_ready()), reason=lab_ready() or "ok")]
 
 ZFSOBS = [sys.executable, "-m", "zfsobs"]
-TURN_NS = 6 * 500_000_000      # the probe's six sets, 500 ms each
+TURN_NS = SETS * 500_000_000      # the probe's map sets, 500 ms each
 
 
 def starve(pids: list[int]) -> None:

@@ -44,9 +44,10 @@ VDEV_CACHE_COUNTS = ("reads", "read_bytes", "hits", "hit_bytes", "misses", "miss
                      "declined", "declined_bytes")
 VDEV_CACHE = Kind("vdev_cache", ("vd", "gen"), VDEV_CACHE_COUNTS, ())
 
-# vdev_queue keeps its own six sets (probes/linux/vdev_queue_sets.btm, zfsobs/sources/vq_dumps.py) and
-# takes its slots from here by name (SLOT(name) in the script): its counts per (vdev, generation << 4 |
-# class), the depth bookkeeping, and the two latency histograms, at the slots the D twin also writes
+# vdev_queue keeps its own map sets, SETS of them (probes/linux/vdev_queue_sets.btm,
+# zfsobs/sources/vq_dumps.py), and takes its slots from here by name (SLOT(name) in the script): its
+# counts per (vdev, generation << 4 | class), the depth bookkeeping, and the two latency histograms,
+# at the slots the D twin also writes
 VQ_BUCKETS = 24             # b0 < 2.048 us, bN = [1.024 us * 2^N, ...), b23 >= 8.6 s
 VQ_COUNTS = ("enq", "enq_bytes", "issued", "merged", "aggs", "done", "done_bytes", "wait_ns", "dev_ns",
              "untracked", "untracked_act", "unseen")

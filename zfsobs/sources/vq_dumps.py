@@ -1,10 +1,10 @@
 """The vdev_queue probe's dumps into the vq, vq_lat and vq_vdev lines of docs/events.md.
 
 The probe (probes/linux/vdev_queue.bt) counts in bpftrace's per-CPU sum()/max() maps and prints
-one of six sets of them every 500 ms (longer when bpftrace falls behind), as bpftrace prints maps: a
-`@vq_n1[pid, vd, class, slot]: value` line per key, between a `vq_dump` and a `vq_dump_end` line.
-bpftrace has already added up the CPUs; the sums are what happened in the set's time. This adds them up over time, per vdev and class, and
-writes the cumulative lines the rest of zfsobs reads. Its other lines pass through unchanged."""
+one of its sets of them (zfsobs/targets/sets.py) every 500 ms (longer when bpftrace falls behind), as
+bpftrace prints maps: a `@vq_n1[pid, vd, class, slot]: value` line per key, between a `vq_dump` and a
+`vq_dump_end` line. bpftrace has already added up the CPUs; the sums are what happened in the set's
+time. This adds them up over time, per vdev and class, and writes the cumulative lines the rest of zfsobs reads. Its other lines pass through unchanged."""
 from __future__ import annotations
 
 import re
