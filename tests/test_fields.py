@@ -7,9 +7,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from zfsobs import fields
+from zfsobs.errors import ZfsobsError
 from zfsobs.model import txg, vdev_cache, zil
 from zfsobs.sources.set_lines import STREAMS
+from zfsobs.targets.d_render import script_text
 from zfsobs.targets.render import available, source
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,6 +36,24 @@ def test_vdev_queue_names_each_slot_it_writes():
     """vdev_queue keeps its own map sets, but writes a slot as SLOT(field), from the same table."""
     text = source("vdev_queue")
     assert re.findall(r"\$[sk] = SLOT\(", text) and not re.search(r"\$[sk] = (?:\(u?int64\))?\d+;", text)
+
+
+def test_the_d_twin_of_vdev_queue_names_each_slot_it_writes(tmp_path):
+    """OpenZFS 2.2+'s D vdev_queue writes its aggregations' slots as SLOT(field) from the same table
+    as the .bt's (zfsobs/targets/d_render.py script_text numbers them), never as numbers; a D script
+    of a metric with no table cannot name a slot."""
+    path = ROOT / "probes" / "dtrace-openzfs" / "vdev_queue.d"
+    text = re.sub(r"/\*.*?\*/", "", path.read_text(), flags=re.S)
+    written = re.findall(r"@vq_[nx]\[[^\]]*, ([^,\]]+)\] = ", text)
+    assert written and all(w.startswith("SLOT(") or "this->hk" in w for w in written), written
+    assert re.findall(r"this->hk = SLOT\((\w+)\)", text) == ["wait_b0", "dev_b0"]
+    numbered = script_text(path)
+    assert "SLOT(" not in numbered and "@vq_n[0, this->vd, this->k, 11] = sum" in numbered   # unseen
+    assert fields.VDEV_QUEUE.slot("unseen") == ("n", 11)
+    stray = tmp_path / "txg.d"
+    stray.write_text("BEGIN { @n[SLOT(enq)] = sum(1); }\n")
+    with pytest.raises(ZfsobsError, match="field table"):
+        script_text(stray)
 
 
 def test_no_python_file_indexes_counters_by_a_slot_number():

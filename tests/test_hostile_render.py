@@ -20,7 +20,7 @@ from test_probes import kernel_target
 from zfsobs.errors import ZfsobsError
 from zfsobs.sources.dtrace import command_line
 from zfsobs.targets import render as probes
-from zfsobs.targets.d_render import D_DIRS, for_system
+from zfsobs.targets.d_render import D_DIRS, for_system, script_text
 from zfsobs.targets.names import pool_name
 from zfsobs.targets.probe_files import probes_dir
 from zfsobs.targets.target import Target, find_libraries, libzpool
@@ -153,7 +153,7 @@ def test_every_probe_renders_the_same_program_for_every_benign_value(name, tmp_p
 def test_every_d_script_keeps_its_program_and_a_pool_stays_one_argument(path):
     """D: no value from the command line goes into the text; -p's pool is dtrace's $$1, one
     argument, and only a name zpool(8) allows gets there."""
-    text = path.read_text()
+    text = script_text(path)
     consts = {n: 1 for n in re.findall(r"\bCONST\((\w+)\)", text)}
     for system in ("Linux", "SunOS", "FreeBSD"):
         rendered = for_system(text, system, lambda: consts)

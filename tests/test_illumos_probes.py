@@ -19,6 +19,7 @@ import dlint  # noqa: E402
 
 from zfsobs.sources import d_slots, set_lines, vq_dumps  # noqa: E402
 from zfsobs.targets import render as probes  # noqa: E402
+from zfsobs.targets.d_render import script_text  # noqa: E402
 from zfsobs.events import REQUIRED, WORD_FIELDS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,7 +79,7 @@ def stream_events(name: str) -> dict:
 def test_openzfs_22s_vdev_queue_script_passes_the_checks_and_prints_what_the_bt_prints():
     """probes/dtrace-openzfs/vdev_queue.d (Linux's and FreeBSD's OpenZFS 2.2+, where illumos's
     functions are inlined) prints the .bt's own lines and dumps, for zfsobs/sources/vq_dumps.py."""
-    text = (ROOT / "probes" / "dtrace-openzfs" / "vdev_queue.d").read_text()
+    text = script_text(ROOT / "probes" / "dtrace-openzfs" / "vdev_queue.d")
     assert dlint.parse(text).problems == []
     raw = dlint.events(probes.source("vdev_queue"))
     raw["bye"] = {frozenset(f - {"held"}) for f in raw["bye"]}

@@ -11,9 +11,10 @@
  * zio_vdev_delegated_io with DONT_QUEUE, is issued in its place), is ACTIVE at the device and
  * COMPLETES at vdev_queue_io_done. vdev_queue_change_io_priority moves a pending zio.
  * Counts are D aggregations (race free across CPUs) keyed as the .bt's maps: @vq_n[pid, vd,
- * generation << 4 | class, slot] = sum, @vq_x[..., kind] = max, the same slots (docs/events.md,
- * zfsobs/sources/vq_dumps.py). Every 250 ms they are printed the way bpftrace prints maps, between a
- * vq_dump and a vq_dump_end line, never emptied: DTrace 2.0 drops what probes add between the
+ * generation << 4 | class, slot] = sum, @vq_x[..., kind] = max, the same slots, each written as
+ * SLOT of its name in zfsobs/fields.py VDEV_QUEUE (docs/events.md, zfsobs/sources/vq_dumps.py).
+ * Every 250 ms they are printed the way bpftrace prints maps, between a vq_dump and a vq_dump_end
+ * line, never emptied: DTrace 2.0 drops what probes add between the
  * consumer's snapshot and trunc(). A dump holds the totals since the start, and a maximum carries
  * the dump's round (vq_round, counted per dump) above bit 32, so the newest round's is the
  * largest; zfsobs/sources/d_slots.py DumpTotals makes them the dumps of what moved, and
@@ -135,7 +136,7 @@ fbt::vdev_queue_io_done:entry
  * (a sid guest's burst, 2026-11-29: an async write depth of 178 against a limit of 10) and hand its
  * class and time to the next zio allocated there. It leaves the depth as untracked (pending) or
  * untracked_act (active): what the probe could not follow, as bpftrace counts its full maps. Its
- * time until now stays in the depth's integral (slot 16 pending, 17 active: ns), which would
+ * time until now stays in the depth's integral (pend_gone_ns, act_gone_ns), which would
  * otherwise drop by it.
  */
 fbt::vdev_queue_io:entry, fbt::vdev_queue_io:return, fbt::zio_vdev_io_reissue:entry,
@@ -159,12 +160,12 @@ fbt::vdev_queue_io:entry, fbt::vdev_queue_io:return, fbt::zio_vdev_io_reissue:en
 fbt::zio_vdev_io_bypass:entry, fbt::zio_vdev_delegated_io:return, fbt::vdev_queue_io_done:entry
 /this->rp && this->rlive/
 {
-	@vq_n[0, this->rv, this->rk, 0] = sum((int64_t)-1);
-	@vq_n[0, this->rv, this->rk, 1] = sum(-(int64_t)this->rs);
-	@vq_n[0, this->rv, this->rk, 12] = sum((int64_t)-1);
-	@vq_n[0, this->rv, this->rk, 14] = sum(-(int64_t)((this->re >> 4) / 1000));
-	@vq_n[0, this->rv, this->rk, 9] = sum((int64_t)1);
-	@vq_n[0, this->rv, this->rk, 16] = sum((int64_t)(this->rt - (this->re >> 4)));
+	@vq_n[0, this->rv, this->rk, SLOT(enq)] = sum((int64_t)-1);
+	@vq_n[0, this->rv, this->rk, SLOT(enq_bytes)] = sum(-(int64_t)this->rs);
+	@vq_n[0, this->rv, this->rk, SLOT(pend)] = sum((int64_t)-1);
+	@vq_n[0, this->rv, this->rk, SLOT(pend_us)] = sum(-(int64_t)((this->re >> 4) / 1000));
+	@vq_n[0, this->rv, this->rk, SLOT(untracked)] = sum((int64_t)1);
+	@vq_n[0, this->rv, this->rk, SLOT(pend_gone_ns)] = sum((int64_t)(this->rt - (this->re >> 4)));
 }
 
 fbt::vdev_queue_io:entry, fbt::vdev_queue_io:return, fbt::zio_vdev_io_reissue:entry,
@@ -187,10 +188,10 @@ fbt::vdev_queue_io:entry, fbt::vdev_queue_io:return, fbt::zio_vdev_io_reissue:en
 fbt::zio_vdev_io_bypass:entry, fbt::zio_vdev_delegated_io:return, fbt::vdev_queue_io_done:entry
 /this->ra && this->alive/
 {
-	@vq_n[0, this->av, this->ak, 13] = sum((int64_t)-1);
-	@vq_n[0, this->av, this->ak, 15] = sum(-(int64_t)((this->ae >> 4) / 1000));
-	@vq_n[0, this->av, this->ak, 10] = sum((int64_t)1);
-	@vq_n[0, this->av, this->ak, 17] = sum((int64_t)(this->at - (this->ae >> 4)));
+	@vq_n[0, this->av, this->ak, SLOT(act)] = sum((int64_t)-1);
+	@vq_n[0, this->av, this->ak, SLOT(act_us)] = sum(-(int64_t)((this->ae >> 4) / 1000));
+	@vq_n[0, this->av, this->ak, SLOT(untracked_act)] = sum((int64_t)1);
+	@vq_n[0, this->av, this->ak, SLOT(act_gone_ns)] = sum((int64_t)(this->at - (this->ae >> 4)));
 }
 
 fbt::vdev_queue_io:entry
@@ -201,10 +202,10 @@ fbt::vdev_queue_io:entry
 	vq_pg[arg0] = this->g;
 	vq_po[arg0] = this->zio->io_offset;
 	vq_ps[arg0] = this->zio->io_size;
-	@vq_n[0, this->vd, this->k, 0] = sum((int64_t)1);
-	@vq_n[0, this->vd, this->k, 1] = sum((int64_t)(this->zio->io_size));
-	@vq_n[0, this->vd, this->k, 12] = sum((int64_t)1);
-	@vq_n[0, this->vd, this->k, 14] = sum((int64_t)(this->now / 1000));
+	@vq_n[0, this->vd, this->k, SLOT(enq)] = sum((int64_t)1);
+	@vq_n[0, this->vd, this->k, SLOT(enq_bytes)] = sum((int64_t)(this->zio->io_size));
+	@vq_n[0, this->vd, this->k, SLOT(pend)] = sum((int64_t)1);
+	@vq_n[0, this->vd, this->k, SLOT(pend_us)] = sum((int64_t)(this->now / 1000));
 	/* the library's pending count before this one joins it, plus this one: a FIFO class's
 	 * (sync read, sync write, trim) list length, else its tree's node count. Both are at the
 	 * start of the class's union (vqc_list_numnodes its first word, vqc_tree the other arm):
@@ -212,7 +213,7 @@ fbt::vdev_queue_io:entry
 	this->vqc = (uintptr_t)&this->vdp->vdev_queue.vq_class[this->p];
 	this->m = (this->p == 0 || this->p == 1 || this->p == 7 ? (int64_t)*(ulong_t *)this->vqc :
 	    (int64_t)((avl_tree_t *)this->vqc)->avl_numnodes) + 1;
-	@vq_x[0, this->vd, this->k, 0] = max(vq_round << 32 | this->m);
+	@vq_x[0, this->vd, this->k, SLOT(pend_max)] = max(vq_round << 32 | this->m);
 }
 
 /* The vdev's identity and the per-vdev limit, at most twice a second per vdev. */
@@ -239,12 +240,12 @@ fbt::vdev_queue_io:return, fbt::zio_vdev_io_reissue:entry, fbt::zio_vdev_io_bypa
 	vq_pg[this->z] = 0;
 	vq_po[this->z] = 0;
 	vq_ps[this->z] = 0;
-	@vq_n[0, this->vd, this->k, 12] = sum((int64_t)-1);
-	@vq_n[0, this->vd, this->k, 14] = sum(-(int64_t)(this->t0 / 1000));
-	@vq_n[0, this->vd, this->k, 7] = sum((int64_t)(this->lat));
-	@vq_n[0, this->vd, this->k, 3] = sum((int64_t)(this->merged));
-	@vq_n[0, this->vd, this->k, 2] = sum((int64_t)(!this->merged));
-	this->hk = 32;		/* the wait histogram's slots (below) */
+	@vq_n[0, this->vd, this->k, SLOT(pend)] = sum((int64_t)-1);
+	@vq_n[0, this->vd, this->k, SLOT(pend_us)] = sum(-(int64_t)(this->t0 / 1000));
+	@vq_n[0, this->vd, this->k, SLOT(wait_ns)] = sum((int64_t)(this->lat));
+	@vq_n[0, this->vd, this->k, SLOT(merged)] = sum((int64_t)(this->merged));
+	@vq_n[0, this->vd, this->k, SLOT(issued)] = sum((int64_t)(!this->merged));
+	this->hk = SLOT(wait_b0);	/* the wait histogram's slots (below) */
 }
 
 fbt::vdev_queue_io:return, fbt::zio_vdev_io_reissue:entry, fbt::zio_vdev_io_bypass:entry
@@ -255,8 +256,8 @@ fbt::vdev_queue_io:return, fbt::zio_vdev_io_reissue:entry, fbt::zio_vdev_io_bypa
 	vq_ag[this->z] = vq_gen[this->vd];
 	vq_ao[this->z] = this->zio->io_offset;
 	vq_as[this->z] = this->zio->io_size;
-	@vq_n[0, this->vd, this->k, 13] = sum((int64_t)1);
-	@vq_n[0, this->vd, this->k, 15] = sum((int64_t)(this->now / 1000));
+	@vq_n[0, this->vd, this->k, SLOT(act)] = sum((int64_t)1);
+	@vq_n[0, this->vd, this->k, SLOT(act_us)] = sum((int64_t)(this->now / 1000));
 }
 
 fbt::zio_vdev_delegated_io:return
@@ -271,9 +272,9 @@ fbt::zio_vdev_delegated_io:return
 	vq_ag[arg1] = vq_gen[this->vd];
 	vq_ao[arg1] = this->zio->io_offset;
 	vq_as[arg1] = this->zio->io_size;
-	@vq_n[0, this->vd, this->k, 4] = sum((int64_t)1);
-	@vq_n[0, this->vd, this->k, 13] = sum((int64_t)1);
-	@vq_n[0, this->vd, this->k, 15] = sum((int64_t)(this->now / 1000));
+	@vq_n[0, this->vd, this->k, SLOT(aggs)] = sum((int64_t)1);
+	@vq_n[0, this->vd, this->k, SLOT(act)] = sum((int64_t)1);
+	@vq_n[0, this->vd, this->k, SLOT(act_us)] = sum((int64_t)(this->now / 1000));
 }
 
 fbt::vdev_queue_io_done:entry
@@ -286,21 +287,21 @@ fbt::vdev_queue_io_done:entry
 	vq_ag[arg0] = 0;
 	vq_ao[arg0] = 0;
 	vq_as[arg0] = 0;
-	@vq_n[0, this->vd, this->k, 13] = sum((int64_t)-1);
-	@vq_n[0, this->vd, this->k, 15] = sum(-(int64_t)(this->t1 / 1000));
-	@vq_n[0, this->vd, this->k, 5] = sum((int64_t)1);
-	@vq_n[0, this->vd, this->k, 6] = sum((int64_t)(this->zio->io_size));
-	@vq_n[0, this->vd, this->k, 8] = sum((int64_t)(this->lat));
-	this->hk = 64;		/* the device histogram's slots (below) */
+	@vq_n[0, this->vd, this->k, SLOT(act)] = sum((int64_t)-1);
+	@vq_n[0, this->vd, this->k, SLOT(act_us)] = sum(-(int64_t)(this->t1 / 1000));
+	@vq_n[0, this->vd, this->k, SLOT(done)] = sum((int64_t)1);
+	@vq_n[0, this->vd, this->k, SLOT(done_bytes)] = sum((int64_t)(this->zio->io_size));
+	@vq_n[0, this->vd, this->k, SLOT(dev_ns)] = sum((int64_t)(this->lat));
+	this->hk = SLOT(dev_b0);	/* the device histogram's slots (below) */
 }
 
 fbt::vdev_queue_io_done:entry
 /!this->e && this->lp < 9/
 {
-	@vq_n[0, this->vd, this->k, 11] = sum((int64_t)1);
+	@vq_n[0, this->vd, this->k, SLOT(unseen)] = sum((int64_t)1);
 }
 
-/* Latency histograms, wait (slots 32+) and device (64+): b0 < 2.048 us, bN = [1.024 us * 2^N,
+/* Latency histograms, wait (wait_b0..) and device (dev_b0..): b0 < 2.048 us, bN = [1.024 us * 2^N,
  * 2^(N+1)), b23 the rest. */
 fbt::vdev_queue_io:return, fbt::zio_vdev_io_reissue:entry, fbt::zio_vdev_io_bypass:entry,
 fbt::vdev_queue_io_done:entry
@@ -321,7 +322,7 @@ fbt::vdev_queue_io_done:entry
 fbt::vdev_queue_io_done:entry
 /this->ok && this->p < 9/
 {
-	@vq_x[0, this->vd, this->k, 1] = max(vq_round << 32 | (int64_t)this->vdp->vdev_queue.vq_cactive[this->p]);
+	@vq_x[0, this->vd, this->k, SLOT(act_max)] = max(vq_round << 32 | (int64_t)this->vdp->vdev_queue.vq_cactive[this->p]);
 }
 
 /* A pending zio moves to another class (the library's own fix-up). */
@@ -343,12 +344,12 @@ fbt::vdev_queue_change_io_priority:entry
 	this->vd = (uint64_t)this->zio->io_vd;
 	this->g = vq_gen[this->vd] << 4;
 	this->tu = (int64_t)((this->e >> 4) / 1000);
-	@vq_n[0, this->vd, this->g | this->p, 0] = sum((int64_t)-1);
-	@vq_n[0, this->vd, this->g | this->p, 12] = sum((int64_t)-1);
-	@vq_n[0, this->vd, this->g | this->p, 14] = sum((int64_t)(-this->tu));
-	@vq_n[0, this->vd, this->g | this->np, 0] = sum((int64_t)1);
-	@vq_n[0, this->vd, this->g | this->np, 12] = sum((int64_t)1);
-	@vq_n[0, this->vd, this->g | this->np, 14] = sum((int64_t)(this->tu));
+	@vq_n[0, this->vd, this->g | this->p, SLOT(enq)] = sum((int64_t)-1);
+	@vq_n[0, this->vd, this->g | this->p, SLOT(pend)] = sum((int64_t)-1);
+	@vq_n[0, this->vd, this->g | this->p, SLOT(pend_us)] = sum((int64_t)(-this->tu));
+	@vq_n[0, this->vd, this->g | this->np, SLOT(enq)] = sum((int64_t)1);
+	@vq_n[0, this->vd, this->g | this->np, SLOT(pend)] = sum((int64_t)1);
+	@vq_n[0, this->vd, this->g | this->np, SLOT(pend_us)] = sum((int64_t)(this->tu));
 	vq_pc[arg0] = (this->e >> 4 << 4) | this->np;
 }
 

@@ -16,7 +16,7 @@ import time
 from zfsobs import __version__
 from zfsobs.errors import ZfsobsError
 from zfsobs.sources.dtrace_libs import failing_library, trimmed
-from zfsobs.targets.d_render import D_DIRS, for_system, variants
+from zfsobs.targets.d_render import D_DIRS, for_system, script_text, variants
 from zfsobs.targets.platforms import uses_dtrace
 from zfsobs.targets.probe_files import probes_dir
 from zfsobs.targets.render import Rendered, _header_list, header
@@ -53,7 +53,7 @@ def d_script(name: str, system: str | None = None) -> str:
     found = variants(name)
     if not found:
         raise ZfsobsError(f"no D script {name!r} in {', '.join(D_DIRS)} of {probes_dir()}")
-    return for_system(found[0].read_text(), system)
+    return for_system(script_text(found[0]), system)
 
 
 def choose(name: str, listed: set[str], system: str | None = None, constants=None) -> tuple[str, str]:
@@ -61,7 +61,7 @@ def choose(name: str, listed: set[str], system: str | None = None, constants=Non
     or ('', why none can run). `constants`: a callable giving the module's flag values."""
     whys = []
     for path in variants(name):
-        text = for_system(path.read_text(), system)
+        text = for_system(script_text(path), system)
         missing = [p for p in required_probes(text) if not present(p, listed)]
         if missing:
             absent = header(text, "Absent")      # what a missing one means

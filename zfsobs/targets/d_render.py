@@ -4,8 +4,10 @@ probe the kernel lacks) and `*(T *)&`name` for tunables (a backquoted kernel var
 Linux). What differs is where OpenZFS's DTRACE_PROBE points are: illumos and FreeBSD have them as
 sdt probes (`sdt:::txg-synced`); a Linux zfs.ko built by DKMS has no sdt provider, each point is a
 stub function named trace_zfs_ + the C name (`txg__synced`: a dash in D is a double underscore in
-C), which fbt reaches with the same arguments (docs/illumos.md). And a flag whose value changed
+C), which fbt reaches with the same arguments (docs/illumos.md). A flag whose value changed
 between releases is written CONST(NAME), put in from the module's own (Linux: its BTF or source).
+A counter's slot is written SLOT(field), its number from the metric's field table (zfsobs/fields.py,
+as the .bt twin's).
 
 A metric can have a script per ZFS lineage (D_DIRS, tried in order): illumos's, and OpenZFS 2.2+'s
 where the functions illumos's uses are gone (inlined on Linux and FreeBSD)."""
@@ -19,6 +21,7 @@ from typing import Callable
 from zfsobs.errors import ZfsobsError
 from zfsobs.targets.names import script_int
 from zfsobs.targets.probe_files import probes_dir
+from zfsobs.targets.sets import kind_of, slots
 
 D_DIRS = ("illumos", "dtrace-openzfs")
 SDT_RE = re.compile(r"\bsdt:::([\w-]+)")
@@ -28,6 +31,11 @@ CONST_RE = re.compile(r"\bCONST\((\w+)\)")
 def variants(name: str) -> list[Path]:
     """The D scripts of metric NAME, in the order they are tried."""
     return [p for p in (probes_dir() / d / f"{name}.d" for d in D_DIRS) if p.is_file()]
+
+
+def script_text(path: Path) -> str:
+    """The D script at PATH with its slots numbered from its metric's field table (the file's stem)."""
+    return slots(path.read_text(), kind_of(path.stem))
 
 
 def for_system(text: str, system: str | None = None,

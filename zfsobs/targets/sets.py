@@ -4,7 +4,7 @@
   SETS                                  the number of sets
   ADD(k1, k2, field, value);            field of (k1, k2) grows by value, in the set $ep
   TOP(k1, k2, field, value);            field of (k1, k2) is at least value, in the set $ep
-  SLOT(f)                               field f's slot number (vdev_queue's own sets)
+  SLOT(f)                               field f's slot number (vdev_queue's own sets, the D twins)
 A field is a name of the probe's table, or `name + expression` (the slot that many after it); its
 slot number comes from the table and nowhere else. A probe without maxima has no @x lines.
 """
@@ -33,10 +33,19 @@ def expand(text: str, kind: Kind | None) -> str:
         if _CALL_RE.search(text) or _EACH_RE.search(text) or _SLOT_RE.search(text):
             raise ZfsobsError("a probe that counts in map sets needs a field table (zfsobs/fields.py)")
         return text
-    text = _SLOT_RE.sub(lambda m: str(_slot(kind, m.group(1))[1]), text)
+    text = slots(text, kind)
     text = _EACH_RE.sub(lambda m: _each(m.group(1), kind), text)
     text = re.sub(r"\bSETS\b", str(SETS), text)
     return _CALL_RE.sub(lambda m: _call(m.group(1), m.group(2), m.group(3), kind), text)
+
+
+def slots(text: str, kind: Kind | None) -> str:
+    """`text` with each SLOT(f) the number of f's slot in `kind`'s table."""
+    if kind is None:
+        if _SLOT_RE.search(text):
+            raise ZfsobsError("a probe that names its slots needs a field table (zfsobs/fields.py)")
+        return text
+    return _SLOT_RE.sub(lambda m: str(_slot(kind, m.group(1))[1]), text)
 
 
 def _slot(kind: Kind, name: str) -> tuple[str, int]:
