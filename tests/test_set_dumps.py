@@ -27,24 +27,24 @@ def test_set_dumps_make_open_final_and_late_lines_by_one_rule():
         return [parser.parse(x) for line in lines for x in sd.feed(line)]
 
     assert feed([f"zfsobs 1 set_pool 5 pid=0 spa={hex(spa)} pool=tank"]) == []
-    got = feed(_dump(1 * ns, {(0, spa, 41, "commits"): 3, (0, spa, 41, "lat_max_ns"): 900}))
+    got = feed(_dump(1 * ns, {(0, spa, 41, "lat_b3"): 3, (0, spa, 41, "lat_max_ns"): 900}))
     assert [(e.kind, e.ts, e.fields["final"], e.fields.get("commits")) for e in got][:2] == \
         [("zil", ns, 0, 3), ("zil_itx", ns, 0, None)]
     assert got[0].fields["pool"] == "tank" and got[0].fields["lat_max_ns"] == 900
     # a second dump 0.5 s later: counted, not shown yet (once a second)
-    assert feed(_dump(ns + ns // 2, {(0, spa, 41, "commits"): 2, (0, spa, 41, "lat_max_ns"): 400})) == []
+    assert feed(_dump(ns + ns // 2, {(0, spa, 41, "lat_b3"): 2, (0, spa, 41, "lat_max_ns"): 400})) == []
     # the close, not yet covered by a dump; then the dump that covers it: final lines at the close's time
     assert feed([f"zfsobs 1 set_close {2 * ns} pid=0 spa={hex(spa)} txg=41"]) == []
-    got = feed(_dump(2 * ns + 1, {(0, spa, 42, "commits"): 1}))
+    got = feed(_dump(2 * ns + 1, {(0, spa, 42, "lat_b3"): 1}))
     final = [e for e in got if e.kind == "zil" and e.fields["txg"] == 41]
     assert [(e.ts, e.fields["final"], e.fields["commits"], e.fields["lat_max_ns"]) for e in final] == [(2 * ns, 1, 5, 900)]
     assert [e.fields["final"] for e in got if e.kind == "zil" and e.fields["txg"] == 42] == [0]
     # a late count for 41: its lines again, final=2, with the new total
-    got = feed(_dump(3 * ns, {(0, spa, 41, "lwbs"): 1}))
+    got = feed(_dump(3 * ns, {(0, spa, 41, "lwb_le4k"): 1}))
     late = [e for e in got if e.kind == "zil" and e.fields["txg"] == 41]
     assert [(e.fields["final"], e.fields["commits"], e.fields["lwbs"]) for e in late] == [(2, 5, 1)]
     # the stop: the open txg's counts not yet shown
-    assert feed(_dump(3 * ns, {(0, spa, 42, "commits"): 4})) == []      # shown 1 s ago at most
+    assert feed(_dump(3 * ns, {(0, spa, 42, "lat_b3"): 4})) == []      # shown 1 s ago at most
     out = [parser.parse(x) for x in sd.flush()]
     assert [(e.fields["txg"], e.fields["final"], e.fields["commits"]) for e in out if e.kind == "zil"] == [(42, 0, 5)]
 
@@ -54,14 +54,14 @@ def test_set_dumps_say_what_they_could_not_keep():
     after its final lines is lost too (cause=late), never a wrong total."""
     spa, ns = (1 << 64) - 4096, 10**9
     sd, parser = SetDumps("zil", 16), Parser()
-    lines = [f"zfsobs 1 set_close {ns} pid=0 spa={hex(spa)} txg=1"] + _dump(2 * ns, {(0, spa, 1, "commits"): 1})
+    lines = [f"zfsobs 1 set_close {ns} pid=0 spa={hex(spa)} txg=1"] + _dump(2 * ns, {(0, spa, 1, "lat_b3"): 1})
     for t in range(2, 2 + set_dumps.KEEP_FINAL):
         lines.append(f"zfsobs 1 set_close {ns * t + 1} pid=0 spa={hex(spa)} txg={t}")
-    lines += _dump(199 * ns, {}) + _dump(200 * ns, {(0, spa, 1, "commits"): 1})
+    lines += _dump(199 * ns, {}) + _dump(200 * ns, {(0, spa, 1, "lat_b3"): 1})
     lost = [parser.parse(x) for line in lines for x in sd.feed(line)]
     lost = [e for e in lost if e.kind == "lost"]
     assert [(e.fields["count"], e.fields["cause"]) for e in lost] == [(1, "late")]
-    full = {(0, spa, 1000 + t, "commits"): 1 for t in range(16)}
+    full = {(0, spa, 1000 + t, "lat_b3"): 1 for t in range(16)}
     got = [parser.parse(x) for line in _dump(300 * ns, full) for x in sd.feed(line)]
     assert [(e.fields["count"], e.fields["cause"]) for e in got if e.kind == "lost"] == [(1, "map_full")]
 
@@ -122,12 +122,13 @@ def test_a_late_count_to_a_txg_that_closed_with_none_makes_its_lines():
     """A txg whose only count came after its close (a probe read it open, counted a moment later)
     has no final lines; its late count makes them (zil final=2, the throttle's late=1), never lost."""
     spa, ns = (1 << 64) - 4096, 10**9
-    for probe, kind, field, check in (("zil", ZIL, "commits", ("final", 2)), ("throttle", THROTTLE, "delays", ("late", 1))):
+    for probe, kind, field, read, check in (("zil", ZIL, "lat_b3", "commits", ("final", 2)),
+                                            ("throttle", THROTTLE, "delays", "delays", ("late", 1))):
         sd, parser = SetDumps(probe, 4096), Parser()
         lines = [f"zfsobs 1 set_close {ns} pid=0 spa={hex(spa)} txg=5"] + _dump(2 * ns, {}, kind) + \
             _dump(3 * ns, {(0, spa, 5, field): 1}, kind)
         got = [parser.parse(x) for line in lines for x in sd.feed(line)]
-        assert [(e.fields["txg"], e.fields[check[0]], e.fields[field]) for e in got if e.kind in ("zil", "txg_thr")] == \
+        assert [(e.fields["txg"], e.fields[check[0]], e.fields[read]) for e in got if e.kind in ("zil", "txg_thr")] == \
             [(5, check[1], 1)], probe
 
 

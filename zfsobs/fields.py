@@ -19,6 +19,16 @@ class Kind:
     keys: tuple[str, str]       # what the two keys after the process are
     sums: tuple[str, ...]       # sum() slots, in order
     tops: tuple[str, ...]       # max() slots, in order
+    # fields of the lines that no probe counts: each the sum of counted ones (a count the probe
+    # would only repeat costs a map update per event)
+    derived: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def values(self, sums: list[int], tops: list[int]) -> dict[str, int]:
+        """Every field of a key: its slots' values and the derived sums."""
+        v = {**dict(zip(self.sums, sums)), **dict(zip(self.tops, tops))}
+        for name, parts in self.derived:
+            v[name] = sum(v[p] for p in parts)
+        return v
 
     def slot(self, name: str) -> tuple[str, int]:
         """('n', i) for a sum, ('x', i) for a maximum."""
@@ -34,7 +44,15 @@ ZIL_COUNTS = ("itxs", "itx_bytes", "writes", "write_bytes", "copied", "copied_by
               "lwb_4to32k", "lwb_ge32k")
 ZIL_ITX = tuple(f"tx{i}" for i in range(ZIL_ITX_TYPES)) + ("txother",)
 ZIL_LAT = tuple(f"lat_b{b}" for b in range(ZIL_LAT_BUCKETS))
-ZIL = Kind("zil", ("spa", "txg"), ("commits", "lat_ns") + ZIL_COUNTS + ZIL_ITX + ZIL_LAT, ("lat_max_ns",))
+# a commit is in one latency bucket, a log record of a type != 0 (TX_COMMIT) is an itx, a TX_WRITE or
+# TX_WRITE2 is in one write state, a log block in one size bin
+ZIL_DERIVED = (("commits", ZIL_LAT), ("itxs", ZIL_ITX[1:]),
+               ("writes", ("copied", "needcopy", "indirect")),
+               ("write_bytes", ("copied_bytes", "needcopy_bytes", "indirect_bytes")),
+               ("lwbs", ("lwb_le4k", "lwb_4to32k", "lwb_ge32k")))
+ZIL = Kind("zil", ("spa", "txg"),
+           tuple(f for f in ("commits", "lat_ns") + ZIL_COUNTS if f not in dict(ZIL_DERIVED)) + ZIL_ITX + ZIL_LAT,
+           ("lat_max_ns",), ZIL_DERIVED)
 
 THROTTLE_BY_TIME = tuple(f"d{i}" for i in range(THROTTLE_BINS))
 THROTTLE = Kind("throttle", ("spa", "txg"), ("delays", "delay_ns", "waits", "wait_ns") + THROTTLE_BY_TIME,

@@ -180,7 +180,7 @@ class SetDumps:
     def _key_lines(self, key: tuple, ts: int, final: int) -> list[str]:
         if key not in self.sums:
             return []
-        values = {**dict(zip(self.kind.sums, self.sums[key])), **dict(zip(self.kind.tops, self.tops[key]))}
+        values = self.kind.values(self.sums[key], self.tops[key])
         out = self.stream.write(Counts(key, ts, final, values, self.sent.get(key, {}), self._noted))
         self.sent[key] = values
         return out
