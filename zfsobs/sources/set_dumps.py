@@ -6,8 +6,9 @@ throttle: spa_t, txg; vdev_cache: vdev_t, incarnation) and prints one of its set
 (`@n1[pid, k1, k2, slot]: value`, the CPUs added up) and `set_dump_end`. This adds the dumps up per
 key, with the slots of the probe's field table (zfsobs/fields.py), and has the probe's writer
 (zfsobs/sources/set_lines.py) make its lines, by one rule:
-- while a key is open, its lines (final=0) at most once a second, stamped with the dump (probes
-  whose lines come only as a key closes: at the stop);
+- while a key is open, its lines (final=0) at most once a second, stamped with the dump, once its
+  pool is named (zil, throttle: by the pool's first close; probes whose lines come only as a key
+  closes: at the stop);
 - once its close line (zil, throttle: spa_sync entry; vdev_cache: vdev_free) is covered by the dumps
   (a dump that ends at or after it), its final lines (final=1), stamped with the close;
 - a count that reaches a key after its final lines (a probe that read the open txg just before it
@@ -89,9 +90,15 @@ class SetDumps:
                 dump, self.dump = self.dump, None
                 return self._add(dump) if dump is not None else []
             pid = int(f.get("pid", 0))
+            named = self.stream.named
+            if kind == "set_gone" and named:
+                self.notes.pop((named, pid, *(_int(f[k]) for k in self.stream.notes[named])), None)
+                return []
             if kind == self.stream.close:
                 key = (pid, *(_int(f[k]) for k in self.kind.keys))
                 self.closes[key] = f
+                if named and "pool" in f:       # the close names the pool
+                    self._note((named, pid, *(_int(f[k]) for k in self.stream.notes[named])), f)
                 if key not in self.done:
                     self.closing[key] = int(parts[3])
                 return self._lines() if self.closing.get(key, 1 << 63) <= self.end else []
@@ -161,13 +168,18 @@ class SetDumps:
                 continue            # its final lines come once the dumps cover its close
             if key in self.done:
                 out += self._key_lines(key, self.end, 2)
-            elif self.stream.open_lines and self.end - self.shown.get(key, -EMIT_NS) >= EMIT_NS:
+            elif self.stream.open_lines and self._named(key) and self.end - self.shown.get(key, -EMIT_NS) >= EMIT_NS:
                 self.shown[key] = self.end
                 out += self._key_lines(key, self.end, 0)
             else:
                 continue
             self.dirty.discard(key)
         return out
+
+    def _named(self, key: tuple) -> bool:
+        """Is the key's pool named yet (an open txg's lines wait for its pool's first close)?"""
+        named = self.stream.named
+        return not named or (named, *key[:1 + len(self.stream.notes[named])]) in self.notes
 
     def _forget(self, old: tuple) -> None:
         self.forgotten[old[:2]] = max(old[2], self.forgotten.get(old[:2], -1))

@@ -34,6 +34,9 @@ class Stream:
     late_lines: bool                    # a count after a key's close makes its lines again (else: lost)
     lines: dict                         # the lines it makes -> their fields (the D twins' are checked)
     write: Callable[[Counts], list[str]]
+    # the note that names a key's pool (set_pool), carried by every close line of the pool and
+    # forgotten at its `set_gone`: a key's lines wait for it; None: no such note
+    named: str | None = None
 
 
 _TXG_HEAD = ("pool", "pid", "txg", "cpu", "final")
@@ -80,11 +83,12 @@ STREAMS = {
     "zil": Stream(ZIL, "set_close", {"set_pool": ("spa",)}, True, True,
                   {"zil": _TXG_HEAD + ("commits", "lat_ns", "lat_max_ns") + ZIL_COUNTS,
                    "zil_itx": _TXG_HEAD + ZIL_ITX,
-                   "zil_lat": _TXG_HEAD + ("seg",) + tuple(f"b{i}" for i in range(ZIL_LAT_SEGMENT))}, _zil),
+                   "zil_lat": _TXG_HEAD + ("seg",) + tuple(f"b{i}" for i in range(ZIL_LAT_SEGMENT))}, _zil,
+                  "set_pool"),
     "throttle": Stream(THROTTLE, "set_close", {"set_pool": ("spa",)}, False, True,
                        {"txg_thr": ("pool", "pid", "txg", "late", "dirty_max") + _THR_TUNABLES
                         + ("delays", "delay_ns", "delay_max_ns") + THROTTLE_BY_TIME + ("waits", "wait_ns")},
-                       _throttle),
+                       _throttle, "set_pool"),
     # a vdev is freed after its last read is done: a count after its vc_close cannot come, and would
     # be a `lost` one (cause=late), never a second last line
     "vdev_cache": Stream(VDEV_CACHE, "vc_close", {"vc_id": ("vd", "gen")}, True, False,
@@ -92,5 +96,5 @@ STREAMS = {
                           + ("size", "max", "bshift", "guid", "path")}, _vdev_cache),
 }
 # every line of a set probe's own that SetDumps uses up (none reaches the stream or a capture)
-OWN = frozenset({"set_dump", "set_dump_end"} | {s.close for s in STREAMS.values()}
+OWN = frozenset({"set_dump", "set_dump_end", "set_gone"} | {s.close for s in STREAMS.values()}
                 | {n for s in STREAMS.values() for n in s.notes})
