@@ -128,24 +128,6 @@ def test_a_set_probe_renders_its_map_sets_from_the_field_table_and_compiles(name
     compiles(r.text + stop, tmp_path)
 
 
-SET_STATE = {"@ep", "@pp", "@held", "@end", "@t0", "@t1", "@t2"}     # sets.btm's own
-
-
-@pytest.mark.skipif(not find_libraries(), reason="needs an installed libzpool")
-@pytest.mark.parametrize("name", ["zil", "throttle"])
-def test_zil_and_throttle_keep_nothing_per_pool_but_their_sets(name):
-    """A pool's counts live only in the map sets, which bpftrace clears as it prints them, and its
-    name only on its txgs' close lines: every other map is sets.btm's own or keyed by thread, so
-    nothing of a finished process's pools stays in a probe's maps (ztest makes pools by the pass)."""
-    code = "\n".join(code_lines(render(name, libzpool()).text))
-    maps = set(re.findall(r"@\w+", code))
-    sets = {m for m in maps if re.fullmatch(r"@[nx][0-2]", m)}
-    assert sets and "@pool_seen" not in maps
-    for m in sorted(maps - sets - SET_STATE):
-        keys = set(re.findall(re.escape(m) + r"\[([^\]]*)\]", code))
-        assert keys == {"tid"}, (m, keys)
-
-
 @pytest.mark.skipif(not find_libraries(), reason="needs an installed libzpool")
 def test_zil_writes_its_histogram_bucket_as_an_offset_from_the_tables_slot():
     from zfsobs.fields import ZIL

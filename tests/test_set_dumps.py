@@ -26,7 +26,7 @@ def test_set_dumps_make_open_final_and_late_lines_by_one_rule():
     def feed(lines):
         return [parser.parse(x) for line in lines for x in sd.feed(line)]
 
-    assert feed([f"zfsobs 1 set_close 5 pid=0 spa={hex(spa)} txg=40 pool=tank"]) == []
+    assert feed([f"zfsobs 1 set_pool 5 pid=0 spa={hex(spa)} pool=tank"]) == []
     got = feed(_dump(1 * ns, {(0, spa, 41, "lat_b3"): 3, (0, spa, 41, "lat_max_ns"): 900}))
     assert [(e.kind, e.ts, e.fields["final"], e.fields.get("commits")) for e in got][:2] == \
         [("zil", ns, 0, 3), ("zil_itx", ns, 0, None)]
@@ -76,8 +76,7 @@ def test_throttle_lines_come_as_a_txg_closes_and_a_late_one_carries_what_they_mi
     def feed(lines):
         return [parser.parse(x) for line in lines for x in sd.feed(line)]
 
-    assert feed([f"zfsobs 1 set_close 5 pid=7 spa={hex(spa)} txg=8 dirty_data_max=4096 delay_min_pct=60 "
-                 "delay_scale=500000 pool=tank"]) == []
+    assert feed([f"zfsobs 1 set_pool 5 pid=7 spa={hex(spa)} pool=tank"]) == []
     assert feed(_dump(ns, {(7, spa, 9, "delays"): 2, (7, spa, 9, "delay_ns"): 50, (7, spa, 9, "dirty_max"): 900,
                            (7, spa, 9, "d1"): 2}, THROTTLE)) == []
     assert feed([f"zfsobs 1 set_close {2 * ns} pid=7 spa={hex(spa)} txg=9 dirty_data_max=4096 delay_min_pct=60 "
@@ -134,7 +133,7 @@ def test_a_late_count_to_a_txg_that_closed_with_none_makes_its_lines():
 
 
 def test_an_open_txg_waits_for_its_pools_name_which_goes_with_the_pool():
-    """A pool is named by its txgs' closes: an open txg's lines wait for the first (never a line
+    """A pool is named at its first close (set_pool): an open txg's lines wait for it (never a line
     without its pool's name), then come at the next dump; set_gone forgets the name, and a pool
     made later at the same address waits for its own."""
     spa, ns = (1 << 64) - 4096, 10**9
@@ -145,13 +144,15 @@ def test_an_open_txg_waits_for_its_pools_name_which_goes_with_the_pool():
 
     assert feed(_dump(ns, {(0, spa, 7, "lat_b3"): 2})) == []
     assert feed(_dump(2 * ns, {(0, spa, 7, "lat_b3"): 1})) == []
-    assert feed([f"zfsobs 1 set_close {2 * ns + 5} pid=0 spa={hex(spa)} txg=6 pool=tank"]) == []
+    assert feed([f"zfsobs 1 set_pool {2 * ns + 5} pid=0 spa={hex(spa)} pool=tank",
+                 f"zfsobs 1 set_close {2 * ns + 5} pid=0 spa={hex(spa)} txg=6"]) == []
     got = feed(_dump(3 * ns, {(0, spa, 7, "lat_b3"): 1}))
     assert [(e.kind, e.fields["pool"], e.fields["txg"], e.fields["final"], e.fields["commits"])
             for e in got if e.kind == "zil"] == [("zil", "tank", 7, 0, 4)]
     assert feed([f"zfsobs 1 set_gone {3 * ns + 1} pid=0 spa={hex(spa)}"]) == []
     assert feed(_dump(5 * ns, {(0, spa, 1, "lat_b3"): 1})) == []        # another pool, unnamed yet
-    feed([f"zfsobs 1 set_close {5 * ns + 1} pid=0 spa={hex(spa)} txg=0 pool=other"])
+    feed([f"zfsobs 1 set_pool {5 * ns + 1} pid=0 spa={hex(spa)} pool=other",
+          f"zfsobs 1 set_close {5 * ns + 1} pid=0 spa={hex(spa)} txg=0"])
     got = feed(_dump(6 * ns, {}))
     assert [(e.fields["pool"], e.fields["txg"]) for e in got if e.kind == "zil"] == [("other", 1)]
 
@@ -161,9 +162,10 @@ def test_a_pools_name_outlives_any_number_of_its_txgs():
     kernel's, a txg every few seconds for days) keeps its name on every line however many txgs close."""
     spa, ns = (1 << 64) - 4096, 10**9
     sd, parser = SetDumps("throttle", 4096), Parser()
+    sd.feed(f"zfsobs 1 set_pool 1 pid=0 spa={hex(spa)} pool=tank")
     for t in range(1, set_dumps.KEEP_NOTES + 10):
         sd.feed(f"zfsobs 1 set_close {t * ns} pid=0 spa={hex(spa)} txg={t} dirty_data_max=9 delay_min_pct=60 "
-                f"delay_scale=500000{' pool=tank' if t == 1 else ''}")
+                "delay_scale=500000")
     got = [parser.parse(x) for line in _dump(10**6 * ns, {(0, spa, 10**5, "delays"): 1}, THROTTLE)
            for x in sd.feed(line)]
     got += [parser.parse(x) for x in sd.flush()]

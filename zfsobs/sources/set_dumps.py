@@ -97,8 +97,6 @@ class SetDumps:
             if kind == self.stream.close:
                 key = (pid, *(_int(f[k]) for k in self.kind.keys))
                 self.closes[key] = f
-                if named and "pool" in f:       # the close names the pool
-                    self._note((named, pid, *(_int(f[k]) for k in self.stream.notes[named])), f)
                 if key not in self.done:
                     self.closing[key] = int(parts[3])
                 return self._lines() if self.closing.get(key, 1 << 63) <= self.end else []

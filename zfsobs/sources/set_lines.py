@@ -34,8 +34,8 @@ class Stream:
     late_lines: bool                    # a count after a key's close makes its lines again (else: lost)
     lines: dict                         # the lines it makes -> their fields (the D twins' are checked)
     write: Callable[[Counts], list[str]]
-    # the note that names a key's pool (set_pool), carried by every close line of the pool and
-    # forgotten at its `set_gone`: a key's lines wait for it; None: no such note
+    # the note that names a key's pool (set_pool, at the pool's first close), forgotten at its
+    # `set_gone`: an open key's lines wait for it; None: no such note
     named: str | None = None
 
 
