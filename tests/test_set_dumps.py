@@ -132,10 +132,11 @@ def test_a_late_count_to_a_txg_that_closed_with_none_makes_its_lines():
             [(5, check[1], 1)], probe
 
 
-def test_an_open_txg_waits_for_its_pools_name_which_goes_with_the_pool():
+def test_an_open_txg_waits_for_its_pools_name_which_outlives_the_pool():
     """A pool is named at its first close (set_pool): an open txg's lines wait for it (never a line
-    without its pool's name), then come at the next dump; set_gone forgets the name, and a pool
-    made later at the same address waits for its own."""
+    without its pool's name), then come at the next dump; the final lines of its last txg, made
+    after it went, keep its name, and a pool made later at the same address names itself at its
+    own first close."""
     spa, ns = (1 << 64) - 4096, 10**9
     sd, parser = SetDumps("zil", 4096), Parser()
 
@@ -149,11 +150,13 @@ def test_an_open_txg_waits_for_its_pools_name_which_goes_with_the_pool():
     got = feed(_dump(3 * ns, {(0, spa, 7, "lat_b3"): 1}))
     assert [(e.kind, e.fields["pool"], e.fields["txg"], e.fields["final"], e.fields["commits"])
             for e in got if e.kind == "zil"] == [("zil", "tank", 7, 0, 4)]
-    assert feed([f"zfsobs 1 set_gone {3 * ns + 1} pid=0 spa={hex(spa)}"]) == []
-    assert feed(_dump(5 * ns, {(0, spa, 1, "lat_b3"): 1})) == []        # another pool, unnamed yet
+    assert feed([f"zfsobs 1 set_close {3 * ns + 1} pid=0 spa={hex(spa)} txg=7"]) == []
+    got = feed(_dump(4 * ns, {}))
+    assert [(e.fields["pool"], e.fields["txg"], e.fields["final"]) for e in got if e.kind == "zil"] == \
+        [("tank", 7, 1)]
     feed([f"zfsobs 1 set_pool {5 * ns + 1} pid=0 spa={hex(spa)} pool=other",
           f"zfsobs 1 set_close {5 * ns + 1} pid=0 spa={hex(spa)} txg=0"])
-    got = feed(_dump(6 * ns, {}))
+    got = feed(_dump(6 * ns, {(0, spa, 1, "lat_b3"): 1}))
     assert [(e.fields["pool"], e.fields["txg"]) for e in got if e.kind == "zil"] == [("other", 1)]
 
 

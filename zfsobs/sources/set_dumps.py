@@ -91,9 +91,6 @@ class SetDumps:
                 return self._add(dump) if dump is not None else []
             pid = int(f.get("pid", 0))
             named = self.stream.named
-            if kind == "set_gone" and named:
-                self.notes.pop((named, pid, *(_int(f[k]) for k in self.stream.notes[named])), None)
-                return []
             if kind == self.stream.close:
                 key = (pid, *(_int(f[k]) for k in self.kind.keys))
                 self.closes[key] = f

@@ -34,8 +34,8 @@ class Stream:
     late_lines: bool                    # a count after a key's close makes its lines again (else: lost)
     lines: dict                         # the lines it makes -> their fields (the D twins' are checked)
     write: Callable[[Counts], list[str]]
-    # the note that names a key's pool (set_pool, at the pool's first close), forgotten at its
-    # `set_gone`: an open key's lines wait for it; None: no such note
+    # the note that names a key's pool (set_pool, at the pool's first close; a pool made later at
+    # the same address replaces it at its own): an open key's lines wait for it; None: no such note
     named: str | None = None
 
 
@@ -96,5 +96,5 @@ STREAMS = {
                           + ("size", "max", "bshift", "guid", "path")}, _vdev_cache),
 }
 # every line of a set probe's own that SetDumps uses up (none reaches the stream or a capture)
-OWN = frozenset({"set_dump", "set_dump_end", "set_gone"} | {s.close for s in STREAMS.values()}
+OWN = frozenset({"set_dump", "set_dump_end"} | {s.close for s in STREAMS.values()}
                 | {n for s in STREAMS.values() for n in s.notes})
