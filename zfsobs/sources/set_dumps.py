@@ -90,7 +90,6 @@ class SetDumps:
                 dump, self.dump = self.dump, None
                 return self._add(dump) if dump is not None else []
             pid = int(f.get("pid", 0))
-            named = self.stream.named
             if kind == self.stream.close:
                 key = (pid, *(_int(f[k]) for k in self.kind.keys))
                 self.closes[key] = f
@@ -174,7 +173,7 @@ class SetDumps:
     def _named(self, key: tuple) -> bool:
         """Is the key's pool named yet (an open txg's lines wait for its pool's first close)?"""
         named = self.stream.named
-        return not named or (named, *key[:1 + len(self.stream.notes[named])]) in self.notes
+        return not named or bool(self._noted(named, key[:1 + len(self.stream.notes[named])]))
 
     def _forget(self, old: tuple) -> None:
         self.forgotten[old[:2]] = max(old[2], self.forgotten.get(old[:2], -1))
