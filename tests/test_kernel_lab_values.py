@@ -92,26 +92,53 @@ def test_share_paths_with_commas_and_spaces_reach_qemu_whole(tmp_path, monkeypat
         lab.stop()
 
 
-@pytest.mark.parametrize("kernel, append, smp", [
-    ("6.1.0-57-amd64", " possible_cpus=1024", "2"),          # before 6.9 the kernel parameter sets it
-    ("6.12.57+deb13-amd64", "", "2,maxcpus=1024"),          # from 6.9 only the firmware's list does
+VMWARE = ["-smbios", "type=1,serial=VMware-zfsobs-lab", "-machine", "vmport=on"]
+
+
+@pytest.mark.parametrize("kernel, accel, n, append, smp, cpu, extra", [
+    # before 6.9 the kernel parameter sets it
+    ("6.1.0-57-amd64", "tcg", 1024, " possible_cpus=1024", "2", "max", []),
+    # from 6.9 only the firmware's list does, counted under a hypervisor Linux knows: KVM's signature,
+    # or under TCG a VMware one (no x2APIC there: at most 255)
+    ("6.12.57+deb13-amd64", "kvm", 1024, "", "2,maxcpus=1024", "host", []),
+    ("6.12.57+deb13-amd64", "tcg", 255, "", "2,maxcpus=255", "max,hypervisor=off", VMWARE),
 ])
-def test_possible_cpus_reach_the_kernel_command_line_or_qemus_smp(kernel, append, smp, tmp_path, monkeypatch):
+def test_possible_cpus_reach_the_kernel_command_line_or_qemus_smp(kernel, accel, n, append, smp, cpu, extra,
+                                                                 tmp_path, monkeypatch):
     monkeypatch.setenv("ZFSOBS_KLAB_TMP", str(tmp_path))
     monkeypatch.setenv("ZFSOBS_KLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("ZFSOBS_KLAB_CPU", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     img = tmp_path / "img"
     img.mkdir()
     (img / "manifest").write_text(f"flavour stock\nkernel {kernel}\n")
-    lab = KernelLab(["true"], layout="single", disk_size="128M", possible_cpus=1024)
+    lab = KernelLab(["true"], layout="single", disk_size="128M", possible_cpus=n)
+    lab.accel = accel
     try:
         argv = lab._prepare(img)
         cmdline = argv[argv.index("-append") + 1]
-        assert argv[argv.index("-smp") + 1] == smp
+        assert argv[argv.index("-smp") + 1] == smp and argv[argv.index("-cpu") + 1] == cpu
+        assert argv[argv.index("-m") - len(extra):argv.index("-m")] == extra
         # room for the probes' per-CPU maps on every possible CPU (docs/performance.md)
-        assert argv[argv.index("-m") + 1] == f"{2048 + 8 * 1024}M"
+        assert argv[argv.index("-m") + 1] == f"{2048 + 8 * n}M"
         assert cmdline.endswith("modprobe.blacklist=kvm,kvm_amd,kvm_intel" + append)
-        assert "ZFSOBS_KLAB_POSSIBLE_CPUS=1024\n" in (lab.dir / "ctl" / "env").read_text()
+        assert f"ZFSOBS_KLAB_POSSIBLE_CPUS={n}\n" in (lab.dir / "ctl" / "env").read_text()
+    finally:
+        lab.stop()
+
+
+def test_more_possible_cpus_than_tcg_has_apic_ids_for_is_refused_on_a_6_9_kernel(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZFSOBS_KLAB_TMP", str(tmp_path))
+    monkeypatch.setenv("ZFSOBS_KLAB_CACHE", str(tmp_path / "cache"))
+    img = tmp_path / "img"
+    img.mkdir()
+    (img / "manifest").write_text("flavour stock\nkernel 6.12.118+deb13-amd64\n")
+    lab = KernelLab(["true"], layout="single", disk_size="128M", possible_cpus=256)
+    lab.accel = "tcg"
+    try:
+        with pytest.raises(ZfsobsError, match=r"--possible-cpus 256: Linux 6.12.118\+deb13-amd64 under qemu's "
+                                              r"TCG \(no x2APIC\) takes at most 255"):
+            lab._prepare(img)
     finally:
         lab.stop()
 

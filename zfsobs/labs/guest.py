@@ -37,6 +37,39 @@ def guest_memory(possible_cpus: int | None) -> str:
     return f"{GUEST_MIB + PER_CPU_MIB * (possible_cpus or 0)}M"
 
 
+# Linux from 6.9 counts the firmware's disabled CPUs (qemu's -smp maxcpus) as hotpluggable only under
+# a hypervisor it knows (arch/x86/kernel/acpi/boot.c, acpi_is_processor_usable), and TCG's CPUID
+# signature is none it knows: under TCG the guest is made a VMware one (no hypervisor CPUID bit, an
+# SMBIOS serial naming VMware, qemu's vmport answering the backdoor), which Linux detects. qemu 7.2
+# under TCG has no x2APIC: APIC IDs, and so possible CPUs, stop at 255 there.
+TCG_APIC_CPUS = 255
+
+
+@dataclass(frozen=True)
+class CpuArgs:
+    append: str = ""            # kernel parameters
+    smp: str = ""               # after -smp's vCPU count
+    cpu: str = ""               # after -cpu's model
+    qemu: tuple[str, ...] = ()  # further qemu arguments
+
+
+def possible_cpu_args(possible_cpus: int | None, kernel: str, accel: str) -> CpuArgs:
+    """What makes a guest running KERNEL (its release) report POSSIBLE_CPUS possible CPUs on its few
+    vCPUs. Before Linux 6.9 the kernel parameter possible_cpus=N sets the count (up to NR_CPUS); from
+    6.9 it only lowers it, and the count is the firmware's list."""
+    if not possible_cpus:
+        return CpuArgs()
+    if tuple(int(x) for x in re.findall(r"\d+", kernel)[:2]) < (6, 9):
+        return CpuArgs(append=f" possible_cpus={possible_cpus}")
+    if accel != "tcg":
+        return CpuArgs(smp=f",maxcpus={possible_cpus}")
+    if possible_cpus > TCG_APIC_CPUS:
+        raise ZfsobsError(f"lab --kernel: --possible-cpus {possible_cpus}: Linux {kernel} under qemu's TCG "
+                          f"(no x2APIC) takes at most {TCG_APIC_CPUS}")
+    return CpuArgs(smp=f",maxcpus={possible_cpus}", cpu=",hypervisor=off",
+                   qemu=("-smbios", "type=1,serial=VMware-zfsobs-lab", "-machine", "vmport=on"))
+
+
 @dataclass(frozen=True)
 class Layout:
     name: str

@@ -29,7 +29,7 @@ from zfsobs.errors import ZfsobsError
 from zfsobs.procs import remove_stale
 from zfsobs.labs.guest import (BUILDER, GUEST_LAYOUTS, POOL, PROJECT, cache_dir, ensure_image, guest_memory,
                                  image_dir, parse_layout, parse_module_options, parse_size, parse_workload,
-                                 probe_accel, setup_script)
+                                 possible_cpu_args, probe_accel, setup_script)
 from zfsobs.procs import die_with_parent, stop
 from zfsobs.targets.cache_files import private_dir
 from zfsobs.signals import Terminated, whole
@@ -152,22 +152,22 @@ class KernelLab:
             with open(disk, "wb") as f:      # sparse: only what ZFS writes takes space
                 f.truncate(log_size if self.layout.log and i == self.layout.data_disks else self.disk_size)
             drives += ["-drive", f"file={_opt(disk)},format=raw,if=virtio,aio=threads"]
+        cpus = possible_cpu_args(self.possible_cpus, _manifest(img).get("kernel", ""), self.accel)
         if self.accel == "kvm":
-            accel = ["-accel", "kvm", "-cpu", "host"]
+            accel = ["-accel", "kvm", "-cpu", "host" + cpus.cpu]
         else:
-            accel = ["-accel", "tcg,thread=multi,tb-size=512", "-cpu", os.environ.get("ZFSOBS_KLAB_CPU", "max")]
+            accel = ["-accel", "tcg,thread=multi,tb-size=512",
+                     "-cpu", os.environ.get("ZFSOBS_KLAB_CPU", "max") + cpus.cpu]
         append = ("root=/dev/vda rw rootfstype=ext4 console=ttyS0 init=/sbin/zfsobs-init panic=-1 "
-                  "loglevel=4 modprobe.blacklist=kvm,kvm_amd,kvm_intel")
-        smp, cpus = str(max(2, min(4, os.cpu_count() or 2))), self._cpus(img)
-        append += cpus.get("append", "")
-        smp += cpus.get("smp", "")
+                  "loglevel=4 modprobe.blacklist=kvm,kvm_amd,kvm_intel" + cpus.append)
+        smp = str(max(2, min(4, os.cpu_count() or 2))) + cpus.smp
         socks = {name: self.dir / f"{name}.sock" for name in STREAMS}
         shares = ["-virtfs", f"local,path={_opt(layouts)},mount_tag=zfsobs_layouts,security_model=none,"
                              "id=layouts"] if keep else []
         for i, d in enumerate(self.shares):
             shares += ["-virtfs", f"local,path={_opt(d)},mount_tag=zfsobs_share{i},security_model=none,"
                                   f"id=share{i}"]
-        return [QEMU, *accel, "-m", self.memory, "-smp", smp,
+        return [QEMU, *accel, *cpus.qemu, "-m", self.memory, "-smp", smp,
                 "-nodefaults", "-display", "none", "-no-reboot", "-nic", "none",
                 "-kernel", str(img / "vmlinuz"), "-initrd", str(img / "initrd.img"), "-append", append,
                 # snapshot=on: the guest's writes go to a qemu temp file, the cached image stays pristine
@@ -185,19 +185,6 @@ class KernelLab:
                 "-device", "virtserialport,chardev=err,name=org.zfsobs.stderr",
                 "-chardev", f"socket,id=sig,path={_opt(socks['signal'])}",
                 "-device", "virtserialport,chardev=sig,name=org.zfsobs.signal"]
-
-    def _cpus(self, img: Path) -> dict[str, str]:
-        """What makes the guest kernel report self.possible_cpus possible CPUs on its few vCPUs. Before
-        Linux 6.9 the kernel parameter possible_cpus=N sets the count (up to NR_CPUS); from 6.9 it only
-        lowers it, and the count is the firmware's: qemu's -smp maxcpus=N lists the CPUs past the
-        running ones (qemu 7.2 under TCG: at most 255, no x2APIC, and qemu says so; Linux 6.12 counts
-        none of its 7.2's as hotpluggable: measured, docs/kernel-lab.md)."""
-        if not self.possible_cpus:
-            return {}
-        kernel = _manifest(img).get("kernel", "")
-        if tuple(int(x) for x in re.findall(r"\d+", kernel)[:2]) < (6, 9):
-            return {"append": f" possible_cpus={self.possible_cpus}"}
-        return {"smp": f",maxcpus={self.possible_cpus}"}
 
     # ------------------------------------------------------------------ run
     def run(self) -> int:
