@@ -13,7 +13,8 @@ import pytest
 
 from conftest import DATA
 from zfsobs.sources import vq_dumps
-from zfsobs.events import EventLine, Parser, event_line, format_line
+from zfsobs import fields
+from zfsobs.events import EventLine, Parser, event_line, format_line, key_values
 
 FREE = "zfsobs 1 vq_free "
 
@@ -139,35 +140,49 @@ def test_each_made_line_carries_the_event_its_text_parses_to(raw):
 def test_a_torn_reading_of_the_depth_costs_one_line_not_the_uptime(raw, where):
     """D's totals can be copied while a preempted probe is half-way through an I/O's counts: the
     depth one off against the sum of entry times for one dump (the next is whole again). As the
-    recorded dumps are deltas, that is +1 pending in one dump and -1 in the next, for one busy key.
+    recorded dumps are deltas, that is one I/O's entry time missing from pend_us in one dump and
+    back in the next (or there one dump early), for one busy key.
     Read as it is, the integral jumps by the uptime (tests/vq_ledger.py refuses it); the reader
     keeps the books' rule instead and ends where the untorn run ends. A key's first line has no
     line before: it is held to the waits that ended (the tear reads as one I/O less pending)."""
     from vq_ledger import ledger_errors
 
     dumps = [i for i, line in enumerate(raw) if line.startswith("zfsobs 1 vq_dump ")]
-    busy = re.compile(r"^(@vq_n\d+\[(\d+, \d+), \d+, 12\]): [1-9]")
+    counts = re.compile(r"^@vq_n(\d+)\[(-?\d+), (-?\d+), (-?\d+), -?\d+\]: ")
+    clean, _ = made(raw)
+    lines = [(int(line.split()[3]), key_values(line.split())) for line in clean if line.startswith("zfsobs 1 vq ")]
+    shown = {(f["vd"], f["class"], ts) for ts, f in lines if f["final"] == "0"}
+    gone = {(f["vd"], ts) for ts, f in lines if f["final"] == "1"}
+    ends = {i: int(key_values(raw[i].split())["end"]) for i in dumps}
+    seen: dict[str, int] = {}       # a key's (pid, vd, class) first line
+    for i, line in enumerate(raw):
+        if m := counts.match(line):
+            seen.setdefault(m.group(2, 3, 4), i)
 
-    def torn_here(i):       # a busy key whose vdev is still there two dumps on
-        m = busy.match(raw[i])
-        later = [j for j in dumps if j > i][:3]
-        return m and len(later) == 3 and not any(
-            line.startswith(FREE) and line.split()[4:6] == [f"pid={m.group(2).split(', ')[0]}",
-                                                            f"vd={int(m.group(2).split(', ')[1]):#x}"]
-            for line in raw[i:later[2]])
+    def torn_here(i):       # a key with a line of this dump, its vdev not final in this dump or the next two
+        m = counts.match(raw[i])
+        later = [j for j in dumps if j > i][:2]
+        if not m or len(later) < 2 or (where == "first" and seen[m.group(2, 3, 4)] != i):
+            return False
+        vd = f"{int(m.group(3)) & vq_dumps.MASK:#x}"
+        times = [ends[max(j for j in dumps if j < i)]] + [ends[j] for j in later]
+        return (vd, str(int(m.group(4)) & 15), times[0]) in shown and not any((vd, t) in gone for t in times)
     start = dumps[len(dumps) // 2] if where == "middle" else 0
     at = next(i for i in range(start, len(raw)) if torn_here(i))
-    key = busy.match(raw[at]).group(1)
-    if where == "first":        # the key's first dump: one I/O short (the count a torn copy missed)
-        head = key.split("[")[1].rsplit(",", 1)[0]
-        assert not any(line.startswith("@vq_n") and line.split("[")[1].startswith(head) for line in raw[:at])
-    nxt = next(i for i in dumps if i > at)
-    end = next(i for i in range(nxt, len(raw)) if raw[i].startswith("zfsobs 1 vq_dump_end "))
+    m = counts.match(raw[at])
+    key = f"@vq_n{m.group(1)}[{m.group(2)}, {m.group(3)}, {m.group(4)}, {fields.VDEV_QUEUE.slot('pend_us')[1]}]"
+    dump = max(j for j in dumps if j < at)
+    nxt = next(j for j in dumps if j > at)
     torn = list(raw)
-    step = 1 if where == "middle" else -1
-    torn[at] = f"{key}: {int(raw[at].split(': ')[1]) + step}"
-    torn.insert(end, f"{key}: {-step}")     # the next dump: the count is whole again
-    clean, _ = made(raw)
+    # an entry time of the dump's (us): missing (a pending I/O more than the times say), or early
+    step = -ends[dump] // 1000 if where == "middle" else ends[dump] // 1000
+    for first, delta in ((dump, step), (nxt, -step)):       # the next dump: the count is whole again
+        end = next(k for k in range(first, len(torn)) if torn[k].startswith("zfsobs 1 vq_dump_end "))
+        had = [k for k in range(first, end) if torn[k].startswith(key + ": ")]
+        if had:
+            torn[had[0]] = f"{key}: {int(torn[had[0]].split(': ')[1]) + delta}"
+        else:
+            torn.insert(end, f"{key}: {delta}")
     mended, _ = made(torn)
     assert ledger_errors(clean) == [] and ledger_errors(mended) == []
     finals = [[line for line in out if line.startswith("zfsobs 1 vq ") and " final=1 " in line]

@@ -19,15 +19,18 @@ class Kind:
     keys: tuple[str, str]       # what the two keys after the process are
     sums: tuple[str, ...]       # sum() slots, in order
     tops: tuple[str, ...]       # max() slots, in order
-    # fields of the lines that no probe counts: each the sum of counted ones (a count the probe
-    # would only repeat costs a map update per event)
+    # fields of the lines that no probe counts: each the sum of counted (or earlier derived) ones,
+    # a part named "-f" taken away (a count the probe would only repeat costs a map update per event)
     derived: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def values(self, sums: list[int], tops: list[int]) -> dict[str, int]:
         """Every field of a key: its slots' values and the derived sums."""
-        v = {**dict(zip(self.sums, sums)), **dict(zip(self.tops, tops))}
+        return self.derive({**dict(zip(self.sums, sums)), **dict(zip(self.tops, tops))})
+
+    def derive(self, v: dict[str, int]) -> dict[str, int]:
+        """`v` (a key's counted fields by name, a missing one 0) with the derived fields added."""
         for name, parts in self.derived:
-            v[name] = sum(v[p] for p in parts)
+            v[name] = sum(-v.get(p[1:], 0) if p[0] == "-" else v.get(p, 0) for p in parts)
         return v
 
     def slot(self, name: str) -> tuple[str, int]:
@@ -70,15 +73,24 @@ VQ_BUCKETS = 24             # b0 < 2.048 us, bN = [1.024 us * 2^N, ...), b23 >= 
 VQ_COUNTS = ("enq", "enq_bytes", "issued", "merged", "aggs", "done", "done_bytes", "wait_ns", "dev_ns",
              "untracked", "untracked_act", "unseen")
 VQ_DEPTH = ("pend", "act", "pend_us", "act_us", "pend_gone_ns", "act_gone_ns")
+VQ_WAITS = tuple(f"wait_b{b}" for b in range(VQ_BUCKETS))
+VQ_DEVS = tuple(f"dev_b{b}" for b in range(VQ_BUCKETS))
+# every wait followed ends in the wait histogram, issued or merged, and an I/O entered is pending
+# until then (retired ones leave enq too); every completion followed is in the device histogram,
+# and an I/O issued or aggregated is active until it completes or is retired (untracked_act: not
+# followed from its issue, or retired)
+VQ_DERIVED = (("issued", VQ_WAITS + ("-merged",)), ("done", VQ_DEVS),
+              ("pend", ("enq",) + tuple("-" + w for w in VQ_WAITS)),
+              ("act", ("issued", "aggs", "-untracked_act", "-done")))
 
 
 def _unused(first: int, end: int) -> tuple[str, ...]:
     return tuple(f"unused{i}" for i in range(first, end))
 
 
-VDEV_QUEUE = Kind("vdev_queue", ("vd", "gc"), VQ_COUNTS + VQ_DEPTH + _unused(18, 32)
-                  + tuple(f"wait_b{b}" for b in range(VQ_BUCKETS)) + _unused(56, 64)
-                  + tuple(f"dev_b{b}" for b in range(VQ_BUCKETS)), ("pend_max", "act_max"))
+_VQ_COUNTED = tuple(f for f in VQ_COUNTS + VQ_DEPTH if f not in dict(VQ_DERIVED))
+VDEV_QUEUE = Kind("vdev_queue", ("vd", "gc"), _VQ_COUNTED + _unused(len(_VQ_COUNTED), 32) + VQ_WAITS
+                  + _unused(56, 64) + VQ_DEVS, ("pend_max", "act_max"), VQ_DERIVED)
 
 # the probes whose slots come from here
 KINDS = {k.probe: k for k in (ZIL, THROTTLE, VDEV_CACHE, VDEV_QUEUE)}

@@ -162,7 +162,6 @@ fbt::zio_vdev_io_bypass:entry, fbt::zio_vdev_delegated_io:return, fbt::vdev_queu
 {
 	@vq_n[0, this->rv, this->rk, SLOT(enq)] = sum((int64_t)-1);
 	@vq_n[0, this->rv, this->rk, SLOT(enq_bytes)] = sum(-(int64_t)this->rs);
-	@vq_n[0, this->rv, this->rk, SLOT(pend)] = sum((int64_t)-1);
 	@vq_n[0, this->rv, this->rk, SLOT(pend_us)] = sum(-(int64_t)((this->re >> 4) / 1000));
 	@vq_n[0, this->rv, this->rk, SLOT(untracked)] = sum((int64_t)1);
 	@vq_n[0, this->rv, this->rk, SLOT(pend_gone_ns)] = sum((int64_t)(this->rt - (this->re >> 4)));
@@ -188,7 +187,6 @@ fbt::vdev_queue_io:entry, fbt::vdev_queue_io:return, fbt::zio_vdev_io_reissue:en
 fbt::zio_vdev_io_bypass:entry, fbt::zio_vdev_delegated_io:return, fbt::vdev_queue_io_done:entry
 /this->ra && this->alive/
 {
-	@vq_n[0, this->av, this->ak, SLOT(act)] = sum((int64_t)-1);
 	@vq_n[0, this->av, this->ak, SLOT(act_us)] = sum(-(int64_t)((this->ae >> 4) / 1000));
 	@vq_n[0, this->av, this->ak, SLOT(untracked_act)] = sum((int64_t)1);
 	@vq_n[0, this->av, this->ak, SLOT(act_gone_ns)] = sum((int64_t)(this->at - (this->ae >> 4)));
@@ -204,7 +202,6 @@ fbt::vdev_queue_io:entry
 	vq_ps[arg0] = this->zio->io_size;
 	@vq_n[0, this->vd, this->k, SLOT(enq)] = sum((int64_t)1);
 	@vq_n[0, this->vd, this->k, SLOT(enq_bytes)] = sum((int64_t)(this->zio->io_size));
-	@vq_n[0, this->vd, this->k, SLOT(pend)] = sum((int64_t)1);
 	@vq_n[0, this->vd, this->k, SLOT(pend_us)] = sum((int64_t)(this->now / 1000));
 	/* the library's pending count before this one joins it, plus this one: a FIFO class's
 	 * (sync read, sync write, trim) list length, else its tree's node count. Both are at the
@@ -240,11 +237,9 @@ fbt::vdev_queue_io:return, fbt::zio_vdev_io_reissue:entry, fbt::zio_vdev_io_bypa
 	vq_pg[this->z] = 0;
 	vq_po[this->z] = 0;
 	vq_ps[this->z] = 0;
-	@vq_n[0, this->vd, this->k, SLOT(pend)] = sum((int64_t)-1);
 	@vq_n[0, this->vd, this->k, SLOT(pend_us)] = sum(-(int64_t)(this->t0 / 1000));
 	@vq_n[0, this->vd, this->k, SLOT(wait_ns)] = sum((int64_t)(this->lat));
 	@vq_n[0, this->vd, this->k, SLOT(merged)] = sum((int64_t)(this->merged));
-	@vq_n[0, this->vd, this->k, SLOT(issued)] = sum((int64_t)(!this->merged));
 	this->hk = SLOT(wait_b0);	/* the wait histogram's slots (below) */
 }
 
@@ -256,7 +251,6 @@ fbt::vdev_queue_io:return, fbt::zio_vdev_io_reissue:entry, fbt::zio_vdev_io_bypa
 	vq_ag[this->z] = vq_gen[this->vd];
 	vq_ao[this->z] = this->zio->io_offset;
 	vq_as[this->z] = this->zio->io_size;
-	@vq_n[0, this->vd, this->k, SLOT(act)] = sum((int64_t)1);
 	@vq_n[0, this->vd, this->k, SLOT(act_us)] = sum((int64_t)(this->now / 1000));
 }
 
@@ -273,7 +267,6 @@ fbt::zio_vdev_delegated_io:return
 	vq_ao[arg1] = this->zio->io_offset;
 	vq_as[arg1] = this->zio->io_size;
 	@vq_n[0, this->vd, this->k, SLOT(aggs)] = sum((int64_t)1);
-	@vq_n[0, this->vd, this->k, SLOT(act)] = sum((int64_t)1);
 	@vq_n[0, this->vd, this->k, SLOT(act_us)] = sum((int64_t)(this->now / 1000));
 }
 
@@ -287,9 +280,7 @@ fbt::vdev_queue_io_done:entry
 	vq_ag[arg0] = 0;
 	vq_ao[arg0] = 0;
 	vq_as[arg0] = 0;
-	@vq_n[0, this->vd, this->k, SLOT(act)] = sum((int64_t)-1);
 	@vq_n[0, this->vd, this->k, SLOT(act_us)] = sum(-(int64_t)(this->t1 / 1000));
-	@vq_n[0, this->vd, this->k, SLOT(done)] = sum((int64_t)1);
 	@vq_n[0, this->vd, this->k, SLOT(done_bytes)] = sum((int64_t)(this->zio->io_size));
 	@vq_n[0, this->vd, this->k, SLOT(dev_ns)] = sum((int64_t)(this->lat));
 	this->hk = SLOT(dev_b0);	/* the device histogram's slots (below) */
@@ -345,10 +336,8 @@ fbt::vdev_queue_change_io_priority:entry
 	this->g = vq_gen[this->vd] << 4;
 	this->tu = (int64_t)((this->e >> 4) / 1000);
 	@vq_n[0, this->vd, this->g | this->p, SLOT(enq)] = sum((int64_t)-1);
-	@vq_n[0, this->vd, this->g | this->p, SLOT(pend)] = sum((int64_t)-1);
 	@vq_n[0, this->vd, this->g | this->p, SLOT(pend_us)] = sum((int64_t)(-this->tu));
 	@vq_n[0, this->vd, this->g | this->np, SLOT(enq)] = sum((int64_t)1);
-	@vq_n[0, this->vd, this->g | this->np, SLOT(pend)] = sum((int64_t)1);
 	@vq_n[0, this->vd, this->g | this->np, SLOT(pend_us)] = sum((int64_t)(this->tu));
 	vq_pc[arg0] = (this->e >> 4 << 4) | this->np;
 }

@@ -18,10 +18,9 @@ def _at(name: str) -> int:
     return VDEV_QUEUE.slot(name)[1]
 
 
-COUNT_AT = tuple((name, _at(name)) for name in SLOTS)      # the vq line's counts and their slots
-PEND, ACT, PEND_US, ACT_US = _at("pend"), _at("act"), _at("pend_us"), _at("act_us")
-PEND_GONE_NS, ACT_GONE_NS = _at("pend_gone_ns"), _at("act_gone_ns")   # retired I/Os' time until retired
-WAIT_NS, DEV_NS = _at("wait_ns"), _at("dev_ns")
+# the counted fields and their slots (the rest of a vq line's counts follow from them: VDEV_QUEUE.derive)
+COUNTED = tuple((name, at) for at, name in enumerate(VDEV_QUEUE.sums) if not name.startswith("unused"))
+PEND_US, ACT_US = _at("pend_us"), _at("act_us")
 SLACK = 4       # a depth may run ahead of ZFS's by the threads between its lock and the probe
 FIRST_SLACK_NS = 5_000_000_000     # the probes' start to their first dump, at most (TCG included)
 WAIT_HIST, DEV_HIST = _at("wait_b0"), _at("dev_b0")
@@ -239,14 +238,15 @@ class VqDumps:
     def _vq(self, end: int, key: tuple, sums: dict, tops, last: bool) -> list[str]:
         pid, vd, gen, cls = key
         if last:    # ZFS frees only an idle vdev: its final lines read it so (docs/fidelity.md, "Open")
-            sums.update({PEND: 0, ACT: 0, PEND_US: 0, ACT_US: 0})
+            sums.update({PEND_US: 0, ACT_US: 0})
         get = sums.get
-        pend, act = get(PEND, 0), get(ACT, 0)
+        v = VDEV_QUEUE.derive({name: get(at, 0) for name, at in COUNTED})
+        pend, act = (0, 0) if last else (v["pend"], v["act"])
         end_us = end // 1000
         # the time integral of depth up to `end`: the waits that ended, plus each I/O still in the
         # queue from its entry (or issue) to `end`
-        pend_ns = get(WAIT_NS, 0) + get(PEND_GONE_NS, 0) + (pend * end_us - get(PEND_US, 0)) * 1000
-        act_ns = get(DEV_NS, 0) + get(ACT_GONE_NS, 0) + (act * end_us - get(ACT_US, 0)) * 1000
+        pend_ns = v["wait_ns"] + v["pend_gone_ns"] + (pend * end_us - v["pend_us"]) * 1000
+        act_ns = v["dev_ns"] + v["act_gone_ns"] + (act * end_us - v["act_us"]) * 1000
         # a probe run the kernel skips (a completion not seen) leaves a depth one off; the clears
         # that took unprinted writes (the cause of CI's pend -1 and act 2 readings) are gone. A depth
         # is never shown below 0 or above ZFS's own maximum of the dump; the counts and time
@@ -256,12 +256,12 @@ class VqDumps:
         pend, act = (now if top < 0 else min(now, top) for now, top in ((pend, pend_max), (act, act_max)))
         limits = self.limits.get((pid, cls), [-1, -1])
         pend_ns, act_ns = self._untorn(key, end, (pend_ns, act_ns), (pend, act),
-                                       (pend_max, max(act_max, limits[0])), (get(WAIT_NS, 0), get(DEV_NS, 0)), last)
+                                       (pend_max, max(act_max, limits[0])), (v["wait_ns"], v["dev_ns"]), last)
         fields = {"pool": self.ident.get(key[:3], {}).get("pool", "?"), "pid": pid, "vd": hex(vd),
                   "class": cls, "final": int(last), "pend": pend, "act": act,
                   "pend_ns": pend_ns, "act_ns": act_ns,
                   "pend_max": pend_max, "act_max": act_max}
-        fields.update((name, get(at, 0)) for name, at in COUNT_AT)
+        fields.update((name, v[name]) for name in SLOTS)
         fields["max_active"], fields["min_active"] = limits
         lines = [event_line("vq", end, fields)]
         for kind, base in ((0, WAIT_HIST), (1, DEV_HIST)):
