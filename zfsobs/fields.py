@@ -47,14 +47,16 @@ ZIL_COUNTS = ("itxs", "itx_bytes", "writes", "write_bytes", "copied", "copied_by
               "lwb_4to32k", "lwb_ge32k")
 ZIL_ITX = tuple(f"tx{i}" for i in range(ZIL_ITX_TYPES)) + ("txother",)
 ZIL_LAT = tuple(f"lat_b{b}" for b in range(ZIL_LAT_BUCKETS))
-# a commit is in one latency bucket, a log record of a type != 0 (TX_COMMIT) is an itx, a TX_WRITE or
-# TX_WRITE2 is in one write state, a log block in one size bin
-ZIL_DERIVED = (("commits", ZIL_LAT), ("itxs", ZIL_ITX[1:]),
+# a commit is in one latency bucket, a TX_WRITE (tx9) or TX_WRITE2 (tx20) in one write state, a log
+# record of a type != 0 (TX_COMMIT) is an itx, a log block in one size bin
+ZIL_DERIVED = (("commits", ZIL_LAT), ("tx9", ("copied", "needcopy", "indirect", "-tx20")), ("itxs", ZIL_ITX[1:]),
                ("writes", ("copied", "needcopy", "indirect")),
                ("write_bytes", ("copied_bytes", "needcopy_bytes", "indirect_bytes")),
                ("lwbs", ("lwb_le4k", "lwb_4to32k", "lwb_ge32k")))
 ZIL = Kind("zil", ("spa", "txg"),
-           tuple(f for f in ("commits", "lat_ns") + ZIL_COUNTS if f not in dict(ZIL_DERIVED)) + ZIL_ITX + ZIL_LAT,
+           tuple(f for f in ("commits", "lat_ns") + ZIL_COUNTS if f not in dict(ZIL_DERIVED))
+           # tx0 + type is a record type's slot: tx9's stays, unwritten
+           + tuple("unused_tx9" if f == "tx9" else f for f in ZIL_ITX) + ZIL_LAT,
            ("lat_max_ns",), ZIL_DERIVED)
 
 THROTTLE_BY_TIME = tuple(f"d{i}" for i in range(THROTTLE_BINS))
