@@ -13,6 +13,7 @@ import pytest
 
 from zfsobs.errors import ZfsobsError
 from zfsobs.labs import guest
+from zfsobs.labs import kernel as klab
 from zfsobs.labs.kernel import KernelLab
 
 CHECKOUT = Path(__file__).resolve().parents[1]
@@ -102,6 +103,10 @@ VMWARE = ["-smbios", "type=1,serial=VMware-zfsobs-lab", "-machine", "vmport=on"]
     # or under TCG a VMware one (no x2APIC there: at most 255)
     ("6.12.57+deb13-amd64", "kvm", 1024, "", "2,maxcpus=1024", "host", []),
     ("6.12.57+deb13-amd64", "tcg", 255, "", "2,maxcpus=255", "max,hypervisor=off", VMWARE),
+    # past 255: qemu 10's x2APIC, with interrupt remapping for the IDs past 255
+    ("6.12.57+deb13-amd64", "tcg", 1024, "", "2,maxcpus=1024", "max,hypervisor=off",
+     ["-smbios", "type=1,serial=VMware-zfsobs-lab", "-machine", "q35,vmport=on",
+      "-device", "intel-iommu,intremap=on,eim=on"]),
 ])
 def test_possible_cpus_reach_the_kernel_command_line_or_qemus_smp(kernel, accel, n, append, smp, cpu, extra,
                                                                  tmp_path, monkeypatch):
@@ -112,6 +117,7 @@ def test_possible_cpus_reach_the_kernel_command_line_or_qemus_smp(kernel, accel,
     img = tmp_path / "img"
     img.mkdir()
     (img / "manifest").write_text(f"flavour stock\nkernel {kernel}\n")
+    monkeypatch.setattr(klab, "qemu_version", lambda binary: (10, 0))
     lab = KernelLab(["true"], layout="single", disk_size="128M", possible_cpus=n)
     lab.accel = accel
     try:
@@ -128,6 +134,7 @@ def test_possible_cpus_reach_the_kernel_command_line_or_qemus_smp(kernel, accel,
 
 
 def test_more_possible_cpus_than_tcg_has_apic_ids_for_is_refused_on_a_6_9_kernel(tmp_path, monkeypatch):
+    monkeypatch.setattr(klab, "qemu_version", lambda binary: (7, 2))
     monkeypatch.setenv("ZFSOBS_KLAB_TMP", str(tmp_path))
     monkeypatch.setenv("ZFSOBS_KLAB_CACHE", str(tmp_path / "cache"))
     img = tmp_path / "img"
@@ -136,8 +143,8 @@ def test_more_possible_cpus_than_tcg_has_apic_ids_for_is_refused_on_a_6_9_kernel
     lab = KernelLab(["true"], layout="single", disk_size="128M", possible_cpus=256)
     lab.accel = "tcg"
     try:
-        with pytest.raises(ZfsobsError, match=r"--possible-cpus 256: Linux 6.12.118\+deb13-amd64 under qemu's "
-                                              r"TCG \(no x2APIC\) takes at most 255"):
+        with pytest.raises(ZfsobsError, match=r"--possible-cpus 256: Linux 6.12.118\+deb13-amd64 under qemu "
+                                              r"7.2's TCG \(no x2APIC\) takes at most 255; qemu 10.0 or later"):
             lab._prepare(img)
     finally:
         lab.stop()

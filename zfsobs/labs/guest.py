@@ -41,8 +41,27 @@ def guest_memory(possible_cpus: int | None) -> str:
 # a hypervisor it knows (arch/x86/kernel/acpi/boot.c, acpi_is_processor_usable), and TCG's CPUID
 # signature is none it knows: under TCG the guest is made a VMware one (no hypervisor CPUID bit, an
 # SMBIOS serial naming VMware, qemu's vmport answering the backdoor), which Linux detects. qemu 7.2
-# under TCG has no x2APIC: APIC IDs, and so possible CPUs, stop at 255 there.
+# under TCG has no x2APIC: APIC IDs, and so possible CPUs, stop at 255 there; qemu 10 has it, and
+# past 255 the guest needs interrupt remapping (q35's intel-iommu) to use x2APIC IDs.
 TCG_APIC_CPUS = 255
+TCG_X2APIC_QEMU = (10, 0)       # the first qemu measured giving a TCG guest x2APIC (10.0.2)
+VMWARE = ("-smbios", "type=1,serial=VMware-zfsobs-lab")
+
+
+def qemu_binary() -> str:
+    """The qemu the kernel lab runs: ZFSOBS_KLAB_QEMU (a newer one unpacked beside the host's, say),
+    else the host's."""
+    return os.environ.get("ZFSOBS_KLAB_QEMU") or "qemu-system-x86_64"
+
+
+def qemu_version(binary: str) -> tuple[int, ...]:
+    """(major, minor) of `binary --version` ((0, 0) when it does not say)."""
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return (0, 0)
+    m = re.search(r"version (\d+)\.(\d+)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
 @dataclass(frozen=True)
@@ -53,21 +72,26 @@ class CpuArgs:
     qemu: tuple[str, ...] = ()  # further qemu arguments
 
 
-def possible_cpu_args(possible_cpus: int | None, kernel: str, accel: str) -> CpuArgs:
+def possible_cpu_args(possible_cpus: int | None, kernel: str, accel: str, qemu: tuple[int, ...] = (0, 0)) -> CpuArgs:
     """What makes a guest running KERNEL (its release) report POSSIBLE_CPUS possible CPUs on its few
-    vCPUs. Before Linux 6.9 the kernel parameter possible_cpus=N sets the count (up to NR_CPUS); from
-    6.9 it only lowers it, and the count is the firmware's list."""
+    vCPUs, under ACCEL and a qemu of version QEMU. Before Linux 6.9 the kernel parameter
+    possible_cpus=N sets the count (up to NR_CPUS); from 6.9 it only lowers it, and the count is the
+    firmware's list."""
     if not possible_cpus:
         return CpuArgs()
     if tuple(int(x) for x in re.findall(r"\d+", kernel)[:2]) < (6, 9):
         return CpuArgs(append=f" possible_cpus={possible_cpus}")
     if accel != "tcg":
         return CpuArgs(smp=f",maxcpus={possible_cpus}")
-    if possible_cpus > TCG_APIC_CPUS:
-        raise ZfsobsError(f"lab --kernel: --possible-cpus {possible_cpus}: Linux {kernel} under qemu's TCG "
-                          f"(no x2APIC) takes at most {TCG_APIC_CPUS}")
+    if possible_cpus <= TCG_APIC_CPUS:
+        return CpuArgs(smp=f",maxcpus={possible_cpus}", cpu=",hypervisor=off",
+                       qemu=(*VMWARE, "-machine", "vmport=on"))
+    if qemu < TCG_X2APIC_QEMU:
+        raise ZfsobsError(f"lab --kernel: --possible-cpus {possible_cpus}: Linux {kernel} under qemu "
+                          f"{'.'.join(map(str, qemu))}'s TCG (no x2APIC) takes at most {TCG_APIC_CPUS}; "
+                          f"qemu {'.'.join(map(str, TCG_X2APIC_QEMU))} or later takes more (ZFSOBS_KLAB_QEMU)")
     return CpuArgs(smp=f",maxcpus={possible_cpus}", cpu=",hypervisor=off",
-                   qemu=("-smbios", "type=1,serial=VMware-zfsobs-lab", "-machine", "vmport=on"))
+                   qemu=(*VMWARE, "-machine", "q35,vmport=on", "-device", "intel-iommu,intremap=on,eim=on"))
 
 
 @dataclass(frozen=True)
