@@ -13,7 +13,6 @@ import pytest
 
 from zfsobs.errors import ZfsobsError
 from zfsobs.labs import guest
-from zfsobs.labs import kernel as klab
 from zfsobs.labs.kernel import KernelLab
 
 CHECKOUT = Path(__file__).resolve().parents[1]
@@ -117,7 +116,7 @@ def test_possible_cpus_reach_the_kernel_command_line_or_qemus_smp(kernel, accel,
     img = tmp_path / "img"
     img.mkdir()
     (img / "manifest").write_text(f"flavour stock\nkernel {kernel}\n")
-    monkeypatch.setattr(klab, "qemu_version", lambda binary: (10, 0))
+    monkeypatch.setattr(guest, "qemu_version", lambda binary: (10, 0))
     lab = KernelLab(["true"], layout="single", disk_size="128M", possible_cpus=n)
     lab.accel = accel
     try:
@@ -133,8 +132,18 @@ def test_possible_cpus_reach_the_kernel_command_line_or_qemus_smp(kernel, accel,
         lab.stop()
 
 
+def test_the_qemu_to_run_is_one_program_path_never_a_shell_line(tmp_path, monkeypatch):
+    """ZFSOBS_KLAB_QEMU is run as it is, a program's path: asked its version, a value with shell
+    syntax in it runs nothing else and reads as no version."""
+    hostile = f"{tmp_path}/qemu; touch {tmp_path}/ran $(touch {tmp_path}/ran2)"
+    monkeypatch.setenv("ZFSOBS_KLAB_QEMU", hostile)
+    assert guest.qemu_binary() == hostile
+    assert guest.qemu_version(guest.qemu_binary()) == (0, 0)
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "ran2").exists()
+
+
 def test_more_possible_cpus_than_tcg_has_apic_ids_for_is_refused_on_a_6_9_kernel(tmp_path, monkeypatch):
-    monkeypatch.setattr(klab, "qemu_version", lambda binary: (7, 2))
+    monkeypatch.setattr(guest, "qemu_version", lambda binary: (7, 2))
     monkeypatch.setenv("ZFSOBS_KLAB_TMP", str(tmp_path))
     monkeypatch.setenv("ZFSOBS_KLAB_CACHE", str(tmp_path / "cache"))
     img = tmp_path / "img"

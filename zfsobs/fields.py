@@ -28,9 +28,9 @@ class Kind:
         return self.derive({**dict(zip(self.sums, sums)), **dict(zip(self.tops, tops))})
 
     def derive(self, v: dict[str, int]) -> dict[str, int]:
-        """`v` (a key's counted fields by name, a missing one 0) with the derived fields added."""
+        """`v` (every counted field of a key by name) with the derived fields added."""
         for name, parts in self.derived:
-            v[name] = sum(-v.get(p[1:], 0) if p[0] == "-" else v.get(p, 0) for p in parts)
+            v[name] = sum(-v[p[1:]] if p[0] == "-" else v[p] for p in parts)
         return v
 
     def slot(self, name: str) -> tuple[str, int]:

@@ -72,9 +72,9 @@ class CpuArgs:
     qemu: tuple[str, ...] = ()  # further qemu arguments
 
 
-def possible_cpu_args(possible_cpus: int | None, kernel: str, accel: str, qemu: tuple[int, ...] = (0, 0)) -> CpuArgs:
+def possible_cpu_args(possible_cpus: int | None, kernel: str, accel: str, qemu: str) -> CpuArgs:
     """What makes a guest running KERNEL (its release) report POSSIBLE_CPUS possible CPUs on its few
-    vCPUs, under ACCEL and a qemu of version QEMU. Before Linux 6.9 the kernel parameter
+    vCPUs, under ACCEL and the qemu binary QEMU. Before Linux 6.9 the kernel parameter
     possible_cpus=N sets the count (up to NR_CPUS); from 6.9 it only lowers it, and the count is the
     firmware's list."""
     if not possible_cpus:
@@ -86,9 +86,10 @@ def possible_cpu_args(possible_cpus: int | None, kernel: str, accel: str, qemu: 
     if possible_cpus <= TCG_APIC_CPUS:
         return CpuArgs(smp=f",maxcpus={possible_cpus}", cpu=",hypervisor=off",
                        qemu=(*VMWARE, "-machine", "vmport=on"))
-    if qemu < TCG_X2APIC_QEMU:
+    version = qemu_version(qemu)
+    if version < TCG_X2APIC_QEMU:
         raise ZfsobsError(f"lab --kernel: --possible-cpus {possible_cpus}: Linux {kernel} under qemu "
-                          f"{'.'.join(map(str, qemu))}'s TCG (no x2APIC) takes at most {TCG_APIC_CPUS}; "
+                          f"{'.'.join(map(str, version))}'s TCG (no x2APIC) takes at most {TCG_APIC_CPUS}; "
                           f"qemu {'.'.join(map(str, TCG_X2APIC_QEMU))} or later takes more (ZFSOBS_KLAB_QEMU)")
     return CpuArgs(smp=f",maxcpus={possible_cpus}", cpu=",hypervisor=off",
                    qemu=(*VMWARE, "-machine", "q35,vmport=on", "-device", "intel-iommu,intremap=on,eim=on"))

@@ -29,8 +29,7 @@ from zfsobs.errors import ZfsobsError
 from zfsobs.procs import remove_stale
 from zfsobs.labs.guest import (BUILDER, GUEST_LAYOUTS, POOL, PROJECT, cache_dir, ensure_image, guest_memory,
                                  image_dir, parse_layout, parse_module_options, parse_size, parse_workload,
-                                 TCG_APIC_CPUS, possible_cpu_args, probe_accel,
-                                 qemu_binary, qemu_version, setup_script)
+                                 possible_cpu_args, probe_accel, qemu_binary, setup_script)
 from zfsobs.procs import die_with_parent, stop
 from zfsobs.targets.cache_files import private_dir
 from zfsobs.signals import Terminated, whole
@@ -153,8 +152,7 @@ class KernelLab:
             with open(disk, "wb") as f:      # sparse: only what ZFS writes takes space
                 f.truncate(log_size if self.layout.log and i == self.layout.data_disks else self.disk_size)
             drives += ["-drive", f"file={_opt(disk)},format=raw,if=virtio,aio=threads"]
-        cpus = possible_cpu_args(self.possible_cpus, _manifest(img).get("kernel", ""), self.accel,
-                                 qemu_version(QEMU) if (self.possible_cpus or 0) > TCG_APIC_CPUS else (0, 0))
+        cpus = possible_cpu_args(self.possible_cpus, _manifest(img).get("kernel", ""), self.accel, QEMU)
         if self.accel == "kvm":
             accel = ["-accel", "kvm", "-cpu", "host" + cpus.cpu]
         else:
