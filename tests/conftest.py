@@ -217,6 +217,14 @@ def pytest_collection_modifyitems(config, items):
                                  item.get_closest_marker("lab") is not None))
 
 
+def pytest_terminal_summary(terminalreporter):
+    """Each kernel lab guest's wall time, in start order: where the kernel tier's minutes went."""
+    images = sys.modules.get("kernel_images")
+    for key, (start, end) in sorted(getattr(images, "TIMES", {}).items(), key=lambda kv: kv[1]):
+        terminalreporter.write_line(f"guest {key}: {time.strftime('%H:%M:%S', time.localtime(start))} to "
+                                    f"{time.strftime('%H:%M:%S', time.localtime(end))}, {end - start:.0f} s")
+
+
 @contextlib.contextmanager
 def truth_running(tmp, script: str, library: str, stop_timeout: float = 120):
     """An independent ground-truth bpftrace (the test's own script, LIB = the library) writing

@@ -13,6 +13,7 @@ import importlib
 import os
 import queue
 import threading
+import time
 from concurrent.futures import Future, TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,6 +109,8 @@ GUESTS = {
 _started: dict[str, Future] = {}
 _lock = threading.Lock()
 _done: dict[str, Image] = {}
+# per guest run: its start and end (time.time()), for the session's summary (conftest)
+TIMES: dict[str, tuple[float, float]] = {}
 
 
 class _Made:
@@ -144,7 +147,7 @@ def guest_out(key: str, request) -> Path:
             g = GUESTS[k]
             if k not in _started and not kernel_lab_ready(*g.ready):
                 _started[k] = Future()
-                job = (_started[k], _job(g, factory))
+                job = (k, _started[k], _job(g, factory))
                 if g.alone:
                     alone.append(job)
                 else:
@@ -192,11 +195,14 @@ def _lane(jobs: queue.Queue) -> None:
         _run(*job)
 
 
-def _run(future: Future, run) -> None:
+def _run(key: str, future: Future, run) -> None:
+    start = time.time()
     try:
         future.set_result(run())
     except BaseException as exc:        # the test that waits for it fails with it
         future.set_exception(exc)
+    finally:
+        TIMES[key] = (start, time.time())
 
 
 def fidelity_run(distro: str, request) -> Image:

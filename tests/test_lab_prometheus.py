@@ -81,7 +81,9 @@ def test_prometheus_holds_what_the_capture_holds(live):
     txgs, commits = Counter(r["pool"] for r in rep["txgs"]), Counter()
     for row in rep["zil"]:
         commits[row["pool"]] += row["commits"]
-    assert sum(txgs.values()) >= 100 and sum(commits.values()) >= 50, (txgs, commits)
+    # the floors say only that there is something to compare: ztest's pace follows the machine's load
+    # (40 s of the zil workload made 45 commits under CI's, 386 txgs), the equalities are the check
+    assert sum(txgs.values()) >= 50 and sum(commits.values()) >= 10, (txgs, commits)
     assert by(now(live, "zfsobs_txg_sync_duration_seconds_count"), "zpool") == {(p,): float(n) for p, n in txgs.items()}
     assert by(now(live, "zfsobs_zil_commits_total"), "zpool") == {(p,): float(n) for p, n in commits.items()}
     done = defaultdict(int)
