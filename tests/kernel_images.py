@@ -39,9 +39,13 @@ IMAGES = {
 SEED_IMAGE = "trixie-backports"
 # per image: the possible CPUs its fidelity guest boots with (`lab --kernel --possible-cpus N`: every
 # default probe loads and every equality holds on a large machine), none where absent. Bookworm's 6.1
-# takes any N (the kernel parameter); trixie's 6.12 the firmware's count, at most 255 under qemu 7.2's
-# TCG (no x2APIC there: docs/kernel-lab.md), past zil's old ceiling of 235
-POSSIBLE_CPUS: dict[str, int] = {"bookworm": 1024, "trixie-backports": 255}
+# takes any N (the kernel parameter): 512, past the old ceilings of zil (235) and the vdev cache (449,
+# 2.1's only), not 1024: a recording's start grows with the possible CPUs (its per-CPU maps are made
+# for each), and at 1024 it took 6 min of the guest under TCG, twice (prefill to attached; trixie-
+# backports' at 255: 2.7 min); 1024 held every equality too (docs/performance.md). Trixie's 6.12
+# takes the firmware's count, at most 255 under qemu 7.2's TCG (no x2APIC there: docs/kernel-lab.md),
+# past zil's old ceiling
+POSSIBLE_CPUS: dict[str, int] = {"bookworm": 512, "trixie-backports": 255}
 # images with a run of their own, not the fidelity checks: sid's Oracle DTrace beside bpftrace
 # (tests/test_kernel_dtrace.py)
 OTHERS = {"sid": (("dtrace",), ())}
