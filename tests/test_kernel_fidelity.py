@@ -344,7 +344,9 @@ def test_a_sysfs_change_mid_run_is_a_tunable_event_and_the_queue_follows_it(out)
     assert (change.get("old"), change.get("new"), change.get("src"), change.get("pid")) == (10, 1, "sysfs", 0)
     before = int((out / "awqset" / "set-before").read_text())
     after = int((out / "awqset" / "set-after").read_text())
-    assert change.get("since") < after and before <= change.ts <= after + 2_000_000_000
+    # the change happened in (since, ts]; the watcher's next poll is due within a second, but a
+    # clean-clone run's guest (two guests on two cores) polled 12.9 s after the write
+    assert change.get("since") < after and before <= change.ts <= after + 15_000_000_000
     res = subprocess.run([sys.executable, "-m", "zfsobs", "report", str(out / "awqset.cap"), "--compare",
                           "--format", "json"], cwd=PROJECT, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
@@ -414,6 +416,9 @@ def test_a_shorter_txg_timeout_gives_more_and_shorter_syncs(out):
     assert len(five) >= 1 and len(one) >= max(3, 2 * len(five)), seen
     for rs, timeout_s in ((five, 5), (one, 1)):
         excess = past_the_pace(rs, timeout_s)
-        assert min(excess) >= -0.05e9 and statistics.median(excess) <= 0.4e9, (timeout_s, excess, seen)
+        # a txg also starts early when its dirty data passes zfs_dirty_data_sync_percent (a loaded
+        # guest's fio outran a 1 s sync once: an interval of 13 ms): a few, never the pace
+        early = [e for e in excess if e < -0.05e9]
+        assert len(early) <= len(excess) // 4 and statistics.median(excess) <= 0.4e9, (timeout_s, excess, seen)
     dirty = [statistics.mean(r["dirty_bytes"] for r in rs) for rs in (five, one)]
     assert dirty[1] < dirty[0], dirty
