@@ -54,6 +54,15 @@ def qemu_binary() -> str:
     return os.environ.get("ZFSOBS_KLAB_QEMU") or "qemu-system-x86_64"
 
 
+def tcg_thread() -> str:
+    """TCG's threading: multi (a host thread per vCPU, the default) or single (ZFSOBS_KLAB_TCG_THREAD:
+    the vCPUs take turns on one thread, so none runs code another is rewriting)."""
+    mode = os.environ.get("ZFSOBS_KLAB_TCG_THREAD") or "multi"
+    if mode not in ("multi", "single"):
+        raise ZfsobsError(f"ZFSOBS_KLAB_TCG_THREAD={mode!r}: multi or single")
+    return mode
+
+
 def qemu_version(binary: str) -> tuple[int, ...]:
     """(major, minor) of `binary --version` ((0, 0) when it does not say)."""
     try:

@@ -29,7 +29,8 @@ from zfsobs.errors import ZfsobsError
 from zfsobs.procs import remove_stale
 from zfsobs.labs.guest import (BUILDER, GUEST_LAYOUTS, POOL, PROJECT, cache_dir, ensure_image, guest_memory,
                                  image_dir, parse_layout, parse_module_options, parse_size, parse_workload,
-                                 possible_cpu_args, probe_accel, qemu_binary, setup_script)
+                                 possible_cpu_args, probe_accel, qemu_binary, setup_script,
+                                 tcg_thread)
 from zfsobs.procs import die_with_parent, stop
 from zfsobs.targets.cache_files import private_dir
 from zfsobs.signals import Terminated, whole
@@ -156,7 +157,7 @@ class KernelLab:
         if self.accel == "kvm":
             accel = ["-accel", "kvm", "-cpu", "host" + cpus.cpu]
         else:
-            accel = ["-accel", "tcg,thread=multi,tb-size=512",
+            accel = ["-accel", f"tcg,thread={tcg_thread()},tb-size=512",
                      "-cpu", os.environ.get("ZFSOBS_KLAB_CPU", "max") + cpus.cpu]
         append = ("root=/dev/vda rw rootfstype=ext4 console=ttyS0 init=/sbin/zfsobs-init panic=-1 "
                   "loglevel=4 modprobe.blacklist=kvm,kvm_amd,kvm_intel" + cpus.append)
