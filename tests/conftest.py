@@ -217,6 +217,16 @@ def pytest_collection_modifyitems(config, items):
                                  item.get_closest_marker("lab") is not None))
 
 
+@pytest.fixture(autouse=True)
+def _guests_beside_the_lab(request):
+    """A session that runs kernel tests after lab tests starts its kernel lab guests as the first
+    lab test runs, one at a time (tests/kernel_images.py begin: a guest keeps one host core busy,
+    the lab tests the other), and opens the other lanes when the kernel tests begin."""
+    images = sys.modules.get("kernel_images")
+    if images and request.node.get_closest_marker("lab") and not request.node.get_closest_marker("kernel"):
+        images.begin(request, 1)
+
+
 def pytest_terminal_summary(terminalreporter):
     """Each kernel lab guest's wall time, in start order: where the kernel tier's minutes went."""
     images = sys.modules.get("kernel_images")

@@ -4,7 +4,8 @@ loaded with a 16 MiB vdev cache; trixie's with module BTF) runs scripts/kernel-f
 while it snapshots the kstats around them. Each metric is then checked here against its ground
 truth, and the seed scenarios against what ZFS is known to do (docs/fidelity.md). The images:
 bookworm (OpenZFS 2.1.11, bpftrace 0.17), trixie (2.3.9, bpftrace 0.23), trixie-backports (2.4.x,
-bpftrace 0.23); the seed stories run on the newest. Under TCG a guest takes 4 to 11 minutes; an
+bpftrace 0.23); the seed stories run on trixie's (its guest has 2 possible CPUs: a recording starts
+sooner than at trixie-backports' 255). Under TCG a guest takes 4 to 11 minutes; an
 image's tests skip when ZFSOBS_KERNEL_LAB=0 or without it."""
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def image(request) -> Image:
 
 @pytest.fixture(scope="module")
 def out(request) -> Path:
-    """The seed stories' runs: the newest image's."""
+    """The seed stories' runs: SEED_IMAGE's (tests/kernel_images.py)."""
     return fidelity_run(SEED_IMAGE, request).out
 
 
