@@ -118,13 +118,7 @@ GUESTS = {
 }
 _started: dict[str, Future] = {}
 _lock = threading.Lock()
-_jobs: list = []            # (key, future, run) queued, not yet started
-_lanes = 0                  # lanes opened
-_turn = threading.Condition()
-_running, _alone = [0], [False]      # guests running now; whether one of them runs alone
 _done: dict[str, Image] = {}
-# per guest run: its start and end (time.time()), for the session's summary (conftest)
-TIMES: dict[str, tuple[float, float]] = {}
 
 
 class _Made:
@@ -151,17 +145,13 @@ def begin(request, lanes: int) -> None:
     """Start the session's guests, at most LANES side by side: on the first call every guest the
     session needs is queued, and a later call with more lanes opens the rest (the lab tests run
     beside one lane; the kernel tests, after them, beside ZFSOBS_KLAB_PARALLEL)."""
-    global _lanes
     with _lock:
         if not _started:
             factory = request.getfixturevalue("tmp_path_factory")
             for k in wanted(request.session.items):
                 if not kernel_lab_ready(*GUESTS[k].ready):
                     _queue(k, factory)
-        # daemon threads: a session that ends early (a Ctrl-C) does not wait for their guests
-        for _ in range(lanes - _lanes):
-            threading.Thread(target=_lane, name="guest", daemon=True).start()
-        _lanes = max(_lanes, lanes)
+        LANES.open(lanes)
 
 
 def guest_out(key: str, request) -> Path:
@@ -183,10 +173,7 @@ def guest_out(key: str, request) -> Path:
 
 def _queue(key: str, factory) -> None:
     _started[key] = Future()
-    job = (key, _started[key], _job(GUESTS[key], factory))
-    with _turn:
-        _jobs.append(job)
-        _turn.notify_all()
+    LANES.add(key, GUESTS[key].alone, _started[key], _job(GUESTS[key], factory))
 
 
 def _job(g: Guest, factory) -> Callable[[], Path]:
@@ -206,34 +193,55 @@ def _job(g: Guest, factory) -> Callable[[], Path]:
     return run
 
 
-def _lane() -> None:
-    """Guests one after another, in queue order, for the rest of the session (a guest a test asks
-    for late is queued then); one that runs alone waits for the others running to end, and none
-    starts beside it."""
-    while True:
-        with _turn:
-            while not _jobs or _alone[0] or (GUESTS[_jobs[0][0]].alone and _running[0]):
-                _turn.wait()
-            job = _jobs.pop(0)
-            _running[0] += 1
-            _alone[0] = GUESTS[job[0]].alone
-        try:
-            _run(*job)
-        finally:
-            with _turn:
-                _running[0] -= 1
-                _alone[0] = False
-                _turn.notify_all()
+class Lanes:
+    """Jobs run in lanes, each lane one job after another in queue order, for the rest of the
+    session (a job queued late is taken then). A job that runs alone waits for the others running to
+    end, and none starts beside it. times: each job's start and end (time.time())."""
+    def __init__(self):
+        self.jobs: list = []            # (key, alone, future, run) queued, not yet started
+        self.lanes = 0
+        self.running = 0
+        self.alone = False              # the job running now runs alone
+        self.turn = threading.Condition()
+        self.times: dict[str, tuple[float, float]] = {}
+
+    def add(self, key: str, alone: bool, future: Future, run: Callable[[], Path]) -> None:
+        with self.turn:
+            self.jobs.append((key, alone, future, run))
+            self.turn.notify_all()
+
+    def open(self, lanes: int) -> None:
+        """At least LANES lanes from now on (daemon threads: a session that ends early, a Ctrl-C,
+        does not wait for their guests)."""
+        with self.turn:
+            for _ in range(lanes - self.lanes):
+                threading.Thread(target=self._lane, name="guest", daemon=True).start()
+            self.lanes = max(self.lanes, lanes)
+
+    def _lane(self) -> None:
+        while True:
+            with self.turn:
+                while not self.jobs or self.alone or (self.jobs[0][1] and self.running):
+                    self.turn.wait()
+                key, alone, future, run = self.jobs.pop(0)
+                self.running += 1
+                self.alone = alone
+            start = time.time()
+            try:
+                future.set_result(run())
+            except BaseException as exc:        # the test that waits for it fails with it
+                future.set_exception(exc)
+            finally:
+                with self.turn:
+                    self.times[key] = (start, time.time())
+                    self.running -= 1
+                    self.alone = False
+                    self.turn.notify_all()
 
 
-def _run(key: str, future: Future, run) -> None:
-    start = time.time()
-    try:
-        future.set_result(run())
-    except BaseException as exc:        # the test that waits for it fails with it
-        future.set_exception(exc)
-    finally:
-        TIMES[key] = (start, time.time())
+LANES = Lanes()
+# per guest run: its start and end, for the session's summary (conftest)
+TIMES = LANES.times
 
 
 def fidelity_run(distro: str, request) -> Image:

@@ -53,6 +53,16 @@ def test_accel_probe_answers_kvm_or_tcg(monkeypatch):
         kernel_guest.probe_accel()
 
 
+def test_tcg_threading_is_multi_or_single_and_nothing_else(monkeypatch):
+    monkeypatch.delenv("ZFSOBS_KLAB_TCG_THREAD", raising=False)
+    assert kernel_guest.tcg_thread() == "multi"
+    monkeypatch.setenv("ZFSOBS_KLAB_TCG_THREAD", "single")
+    assert kernel_guest.tcg_thread() == "single"
+    monkeypatch.setenv("ZFSOBS_KLAB_TCG_THREAD", "multi,tb-size=1 -d in_asm")
+    with pytest.raises(ZfsobsError, match="multi or single"):
+        kernel_guest.tcg_thread()
+
+
 def test_cache_key_follows_the_recipe_the_flavour_and_the_distro(tmp_path, monkeypatch):
     recipe = tmp_path / "recipe"
     recipe.write_text("#!/bin/bash\necho one\n")
