@@ -82,7 +82,7 @@ class Guest:
     args: tuple
     lab: tuple
     timeout: float
-    minutes: float          # in a lane beside another (CI of 2026-11-27): the longest start first
+    minutes: float          # what it takes in a lane (GUESTS): the longest start first
     ready: tuple = ("stock", "bookworm")     # kernel_lab_ready's flavour and distro
     alone: bool = False     # runs before the others, with none beside it
     job: str = ""           # "module:function(out)" that drives the guest itself, instead of SCRIPT
@@ -97,23 +97,24 @@ def _fidelity(distro: str, minutes: float, alone: bool = False) -> Guest:
 
 
 GUESTS = {
-    # sid's alone: beside another guest its dtrace took 12.7 min instead of 6, and the more load, the
-    # more skipped probe runs test_kernel_dtrace must account for (docs/testing.md)
-    "sid": _fidelity("sid", 8.5, alone=True),
-    # each guest's minutes: what it takes beside another (a boot under TCG is 2-4 min of it), the
-    # order the lanes take them in. At many possible CPUs a recording's start takes minutes of the
-    # guest (bookworm's three at 512), so the seed stories run on trixie's, with 2
-    "bookworm": _fidelity("bookworm", 22), "trixie": _fidelity("trixie", 19),
-    "trixie-backports": _fidelity("trixie-backports", 13),
+    # each guest's minutes: what it took in the suite (2026-12-03: one host thread each, beside the
+    # lab tests or another guest; a boot under TCG is 1-3 min of it), the order the lanes take them
+    # in. At many possible CPUs a recording's start takes minutes of the guest (bookworm's three at
+    # 512), so the seed stories run on trixie's, with 2.
+    # sid's alone: beside another guest (a host thread per vCPU) its dtrace took 12.7 min instead of
+    # 6, and the more load, the more skipped probe runs test_kernel_dtrace must account for
+    "sid": _fidelity("sid", 12, alone=True),
+    "bookworm": _fidelity("bookworm", 19), "trixie": _fidelity("trixie", 19),
+    "trixie-backports": _fidelity("trixie-backports", 7.5),
     "bookworm-btf": Guest("ZFSOBS_LAYOUTS_DIR", "kernel-layouts", (), ("--btf", "--workload", "none"), 1800,
-                          4, ("btf", "bookworm")),
+                          2, ("btf", "bookworm")),
     # `zfsobs lab --kernel -- zfsobs top` on a pty, alone: in a lane beside trixie's guest (clean-clone
     # run of 2026-11-27) the guest's fio stopped writing 69 s in, as its probes attached, and the
     # screen never showed a queue in 15 min; alone, before and since, 3.8 min and passed
-    "top": Guest("ZFSOBS_TOP_DIR", "kernel-top", (), (), 1200, 4, job="test_kernel_lab:top_in_the_guest",
+    "top": Guest("ZFSOBS_TOP_DIR", "kernel-top", (), (), 1200, 8.5, job="test_kernel_lab:top_in_the_guest",
                  alone=True),
     # a command's output and exit status: a boot and a shell command (119 s in the test, before 2026-11-28)
-    "command": Guest("ZFSOBS_COMMAND_DIR", "kernel-command", (), (), 1800, 2.5,
+    "command": Guest("ZFSOBS_COMMAND_DIR", "kernel-command", (), (), 1800, 1,
                      job="test_kernel_lab:command_in_the_guest"),
 }
 _started: dict[str, Future] = {}
