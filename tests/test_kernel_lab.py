@@ -104,6 +104,8 @@ def test_argument_errors_are_one_line():
     one_line_error(run("lab", "--distro", "trixie"), "--distro: only with --kernel")
     one_line_error(run("lab", "--kernel", "--distro", "buster", "--", "true"), "no kernel lab distro 'buster'")
     one_line_error(run("lab", "--", "true"), "only with --kernel")
+    one_line_error(run("lab", "--kernel", "--", "true", env=dict(os.environ, ZFSOBS_KLAB_TCG_THREAD="multi -S")),
+                   "ZFSOBS_KLAB_TCG_THREAD='multi -S': multi or single")
 
 
 def test_missing_image_without_build_names_the_builder(tmp_path, monkeypatch):

@@ -88,6 +88,7 @@ class KernelLab:
         self.memory = memory or guest_memory(possible_cpus)
         image_dir(flavour=self.flavour, distro=distro)      # a wrong pair is an error before anything starts
         self.accel, self.accel_why = probe_accel()
+        self.tcg_thread = tcg_thread()
         self.dir: Path | None = None
         self.qemu: subprocess.Popen | None = None
         self.console_tail: collections.deque[bytes] = collections.deque(maxlen=40)
@@ -157,7 +158,7 @@ class KernelLab:
         if self.accel == "kvm":
             accel = ["-accel", "kvm", "-cpu", "host" + cpus.cpu]
         else:
-            accel = ["-accel", f"tcg,thread={tcg_thread()},tb-size=512",
+            accel = ["-accel", f"tcg,thread={self.tcg_thread},tb-size=512",
                      "-cpu", os.environ.get("ZFSOBS_KLAB_CPU", "max") + cpus.cpu]
         append = ("root=/dev/vda rw rootfstype=ext4 console=ttyS0 init=/sbin/zfsobs-init panic=-1 "
                   "loglevel=4 modprobe.blacklist=kvm,kvm_amd,kvm_intel" + cpus.append)
